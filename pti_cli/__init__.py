@@ -1,0 +1,3 @@
+"""pti: Packed Twin Inference."""
+
+__version__ = "0.1.0"

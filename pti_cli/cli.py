@@ -1,0 +1,77 @@
+"""The `pti` command line: typer commands only, each a thin call into the library.
+
+Errors: every PtiError and every usage error becomes one line on stderr and
+exit code 2, with no traceback (see main()).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import click
+import typer
+
+from .errors import PtiError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="pti: Packed Twin Inference - fast, lossless decoding from twin (.ssq) files.",
+)
+
+
+@app.command()
+def pack(
+    a: Optional[Path] = typer.Argument(None, help="Twin A: a GGUF file or a safetensors checkpoint (file or Hugging Face folder). Default: the embedded SmolLM2-135M-Instruct."),
+    b: Optional[Path] = typer.Argument(None, help="Twin B (same architecture). Omit to store A alone."),
+    output: Path = typer.Option(..., "-o", "--output", help="Output .ssq file."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
+    name_a: Optional[str] = typer.Option(None, "--name-a", help="Name recorded for twin A."),
+    name_b: Optional[str] = typer.Option(None, "--name-b", help="Name recorded for twin B."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bar."),
+):
+    """Pack one or two same-architecture checkpoints into one .ssq twin file."""
+    from .pack import pack_cli
+    pack_cli(a, b, output, force=force, name_a=name_a, name_b=name_b, quiet=quiet)
+
+
+@app.command()
+def inspect(
+    file: Path = typer.Argument(..., help="An .ssq file."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+):
+    """Show an .ssq file's metadata, twins, tensors and bytes read per pass."""
+    from .inspect import inspect_cli
+    inspect_cli(file, json_out=json_out)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Console entry point: one line on stderr and exit 2 for any bad input."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except PtiError as e:
+        print(f"pti: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        print("pti: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        print("pti: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as e:  # typer's help on a bare `pti`
+        click.echo(e.ctx.get_help())
+        sys.exit(0)
+    except click.exceptions.UsageError as e:
+        print(f"pti: error: {e.format_message()}", file=sys.stderr)
+        sys.exit(2)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

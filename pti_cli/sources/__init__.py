@@ -1,0 +1,1 @@
+"""Readers for model checkpoints (GGUF, safetensors), all seen through GGUF names."""
