@@ -48,6 +48,12 @@ def inspect(
     inspect_cli(file, json_out=json_out)
 
 
+# --- run command (engine) goes here ---
+
+
+# --- bench command goes here ---
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: one line on stderr and exit 2 for any bad input."""
     try:
@@ -71,6 +77,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(e.exit_code)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as e:  # disk full, permission denied, ... raised outside our checks
+        where = f": {e.filename}" if e.filename else ""
+        print(f"pti: error: {e.strerror or e}{where}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
