@@ -1,0 +1,264 @@
+"""The engine: sequences, passes, drafts, acceptance, stops, scheduling.
+
+One pass = one `Model.forward(batch)` call.  Each pass gives every active
+sequence its pending positions: the tokens not yet in its KV cache (the whole
+prompt on its first pass, else the last emitted token) followed by its draft.
+The row of the last known token and the draft rows are then walked in order:
+the target token for each is sampled (counter-based, `sampling.py`), emitted,
+and the walk continues only while the draft token equals the target.  So each
+pass emits 1 + (accepted draft tokens) per sequence, and the output is the
+one plain decoding would give.  The KV cache is then truncated to the accepted
+prefix (all known tokens but the newest, which is fed next pass).
+
+Counting (documented in docs/perf.md): a sequence's `passes` are the forwards
+that served it, its first (prefill) pass included; that pass emits its first
+token.  Its `tokens` are all the tokens it generated, a final EOS/EOG or the
+token completing a stop string included.  tau = tokens / passes, so with
+--spec none tau is exactly 1.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+
+from .drafts import DraftSizer, LookupIndex, propose
+from .errors import PtiError
+from .sampling import SamplingParams, sample
+
+SPECS = ("none", "lookup")
+MAX_DRAFT = 16
+
+
+@dataclass
+class EngineConfig:
+    max_tokens: int = 256
+    spec: str = "lookup"
+    draft: int = 8              # K: the longest draft
+    seqs: int = 1               # sequences served at once
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stops: tuple[str, ...] = ()
+
+    def check(self) -> "EngineConfig":
+        if self.spec not in SPECS:
+            raise PtiError(f"--spec must be one of {', '.join(SPECS)}, got {self.spec!r}")
+        if not 1 <= self.draft <= MAX_DRAFT:
+            raise PtiError(f"--draft must be in 1..{MAX_DRAFT}, got {self.draft}")
+        if self.seqs < 1:
+            raise PtiError(f"--seqs must be >= 1, got {self.seqs}")
+        if self.max_tokens < 1:
+            raise PtiError(f"--max-tokens must be >= 1, got {self.max_tokens}")
+        if any(s == "" for s in self.stops):
+            raise PtiError("--stop strings must not be empty")
+        self.sampling.check()
+        return self
+
+
+@dataclass
+class Request:
+    s: int                      # input index: keys the sampling, orders the results
+    prompt_ids: list[int]
+    twin: int = 0
+
+
+@dataclass
+class Sequence:
+    req: Request
+    kv: Any
+    tokens: list[int]           # prompt + generated; all but the last are in the KV cache between passes
+    decoder: Any                # UTF-8-safe incremental detokeniser
+    index: LookupIndex | None
+    sizer: DraftSizer | None
+    out_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    streamed: int = 0           # chars of text already handed to a viewer
+    passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    finish: str | None = None   # eos | stop | length | context
+    t0: float = 0.0
+    t1: float = 0.0
+
+
+@dataclass
+class Result:
+    s: int
+    text: str
+    token_ids: list[int]
+    tokens: list[str]
+    prompt_tokens: int
+    passes: int
+    tau: float
+    seconds: float
+    drafted: int
+    accepted: int
+    finish: str
+    twin: int
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+class Engine:
+    """Runs requests through a Model, `cfg.seqs` at a time.
+
+    `model`: `forward(batch) -> float32 logits [rows, vocab]`, `new_kv()`,
+    `context_length`.  `tokenizer`: `eog_ids`, `stream_decoder()`,
+    `token_text(id)`.
+    """
+
+    def __init__(self, model, tokenizer, cfg: EngineConfig):
+        self.model = model
+        self.tok = tokenizer
+        self.cfg = cfg.check()
+        self.n_ctx = int(model.context_length)
+        self.eog = frozenset(tokenizer.eog_ids)
+        self.passes = 0          # forwards this engine made
+        self.queue: deque[Request] = deque()
+        self.active: list[Sequence] = []
+        self.done: dict[int, Result] = {}
+
+    # -- scheduling -----------------------------------------------------
+    def submit(self, requests: Iterable[Request]) -> None:
+        for r in requests:
+            if not r.prompt_ids:
+                raise PtiError(f"prompt {r.s + 1} is empty")
+            if len(r.prompt_ids) >= self.n_ctx:
+                raise PtiError(f"prompt {r.s + 1} has {len(r.prompt_ids)} tokens; the model's context is "
+                               f"{self.n_ctx} (room for at least one new token is needed)")
+            self.queue.append(r)
+
+    def run(self, on_pass: Callable[[list[Sequence]], None] | None = None) -> list[Result]:
+        """Run every submitted request to the end; results in input order."""
+        while self.queue or self.active:
+            touched = self.step()
+            if on_pass:
+                on_pass(touched)
+        return [self.done[s] for s in sorted(self.done)]
+
+    def _start(self, r: Request) -> Sequence:
+        lookup = self.cfg.spec == "lookup"
+        seq = Sequence(r, self.model.new_kv(), list(r.prompt_ids), self.tok.stream_decoder(),
+                       LookupIndex() if lookup else None, DraftSizer(self.cfg.draft) if lookup else None,
+                       t0=time.perf_counter())
+        if seq.index is not None:
+            seq.index.extend(r.prompt_ids)
+        return seq
+
+    # -- one pass -------------------------------------------------------
+    def step(self) -> list[Sequence]:
+        """One pass over every active sequence (starting queued ones first)."""
+        while self.queue and len(self.active) < self.cfg.seqs:
+            self.active.append(self._start(self.queue.popleft()))
+        seqs = list(self.active)
+        batch, drafts, rows = [], [], []
+        offset = 0
+        for seq in seqs:
+            draft = self._draft(seq)
+            feed = seq.tokens[seq.kv.length:] + draft
+            batch.append((seq.kv, seq.req.twin, feed))
+            drafts.append(draft)
+            first = offset + len(feed) - len(draft) - 1   # row of the last known token
+            rows.extend(range(first, offset + len(feed)))
+            offset += len(feed)
+        logits = self.model.forward(batch)
+        self.passes += 1
+        # one device-to-host copy per pass: only the rows that pick tokens
+        picked = logits[torch.tensor(rows, device=logits.device)].float().cpu().numpy()
+        at = 0
+        for seq, draft in zip(seqs, drafts):
+            self._verify(seq, picked[at:at + len(draft) + 1], draft)
+            at += len(draft) + 1
+            if seq.finish:
+                self._finish(seq)
+        return seqs
+
+    def _draft(self, seq: Sequence) -> list[int]:
+        if seq.index is None:
+            return []
+        room = min(self.cfg.max_tokens - len(seq.out_ids) - 1, self.n_ctx - len(seq.tokens))
+        return propose(seq.index, seq.sizer, room)
+
+    def _verify(self, seq: Sequence, rows: np.ndarray, draft: list[int]) -> None:
+        seq.passes += 1
+        accepted = 0
+        for j in range(len(draft) + 1):
+            tok = sample(rows[j], self.cfg.sampling, seq.req.s, len(seq.out_ids))
+            self._emit(seq, tok)
+            if seq.finish or j == len(draft) or draft[j] != tok:
+                break
+            accepted += 1
+        seq.drafted += len(draft)
+        seq.accepted += accepted
+        if seq.sizer is not None:
+            seq.sizer.update(len(draft), accepted)
+        if not seq.finish:
+            seq.kv.truncate(len(seq.tokens) - 1)
+
+    def _emit(self, seq: Sequence, tok: int) -> None:
+        seq.out_ids.append(tok)
+        seq.tokens.append(tok)
+        if seq.index is not None:
+            seq.index.append(tok)
+        if tok in self.eog:
+            seq.text += seq.decoder.flush()
+            seq.finish = "eos"
+            return
+        before = len(seq.text)
+        seq.text += seq.decoder.add(tok)
+        if self.cfg.stops and len(seq.text) > before:
+            self._check_stops(seq, before)
+        if seq.finish:
+            return
+        if len(seq.out_ids) >= self.cfg.max_tokens:
+            seq.finish = "length"
+        elif len(seq.tokens) >= self.n_ctx:
+            seq.finish = "context"
+        if seq.finish:
+            seq.text += seq.decoder.flush()
+            if self.cfg.stops:  # the flushed tail may complete a stop string
+                self._check_stops(seq, before)
+
+    def _check_stops(self, seq: Sequence, before: int) -> None:
+        """Cut the text before the earliest stop string that the new text completed."""
+        longest = max(len(s) for s in self.cfg.stops)
+        start = max(0, before - longest + 1)
+        hits = [i for i in (seq.text.find(s, start) for s in self.cfg.stops) if i >= 0]
+        if hits:
+            seq.text = seq.text[:min(hits)]
+            seq.finish = "stop"
+
+    def holdback(self, seq: Sequence) -> int:
+        """Chars at the end of an unfinished text that could start a stop string: not shown yet."""
+        if seq.finish or not self.cfg.stops:
+            return 0
+        best = 0
+        for s in self.cfg.stops:
+            for k in range(min(len(s) - 1, len(seq.text)), best, -1):
+                if seq.text.endswith(s[:k]):
+                    best = k
+                    break
+        return best
+
+    def new_text(self, seq: Sequence) -> str:
+        """Text of `seq` that is final and not yet handed out (advances the cursor)."""
+        end = len(seq.text) - self.holdback(seq)
+        piece = seq.text[seq.streamed:end]
+        seq.streamed = max(seq.streamed, end)
+        return piece
+
+    def _finish(self, seq: Sequence) -> None:
+        seq.t1 = time.perf_counter()
+        self.active.remove(seq)
+        self.done[seq.req.s] = Result(
+            s=seq.req.s, text=seq.text, token_ids=list(seq.out_ids),
+            tokens=[self.tok.token_text(t) for t in seq.out_ids],
+            prompt_tokens=len(seq.req.prompt_ids), passes=seq.passes,
+            tau=len(seq.out_ids) / seq.passes, seconds=seq.t1 - seq.t0,
+            drafted=seq.drafted, accepted=seq.accepted, finish=seq.finish, twin=seq.req.twin)

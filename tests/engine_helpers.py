@@ -1,0 +1,104 @@
+"""Builders for the engine tests: a toy model whose logits are a pure function
+of the tokens in its KV cache (so a wrong KV truncation changes the output),
+a toy tokenizer, and independent reference decoders."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import torch
+
+from pti_cli.sampling import SamplingParams, sample
+
+VOCAB = 40
+EOS = 0
+
+
+class ToyKV:
+    def __init__(self):
+        self.toks: list[int] = []
+
+    @property
+    def length(self) -> int:
+        return len(self.toks)
+
+    def truncate(self, n: int) -> None:
+        assert 0 <= n <= len(self.toks)
+        del self.toks[n:]
+
+
+def toy_logits(context: list[int], twin: int, eos_after: int | None = None) -> np.ndarray:
+    """Next-token logits after `context`: copies what followed the latest earlier
+    occurrence of the last two tokens (repetitive, so lookup drafts get accepted),
+    plus hash noise so that plain guesses fail often enough."""
+    h = hashlib.blake2b(repr((context[-6:], len(context), twin)).encode(), digest_size=8).digest()
+    rng = np.random.default_rng(int.from_bytes(h, "little"))
+    row = rng.standard_normal(VOCAB).astype(np.float32)
+    row[EOS] = -5.0
+    if len(context) >= 3:
+        key = context[-2:]
+        for p in range(len(context) - 2, 1, -1):
+            if context[p - 2:p] == key:
+                row[context[p]] += 3.0
+                break
+    if eos_after is not None and len(context) >= eos_after:
+        row[EOS] = 10.0
+    return row
+
+
+class ToyModel:
+    def __init__(self, context_length: int = 512, eos_after: int | None = None):
+        self.context_length = context_length
+        self.eos_after = eos_after
+        self.passes = 0
+        self.rows_per_pass: list[int] = []
+
+    def new_kv(self) -> ToyKV:
+        return ToyKV()
+
+    def forward(self, batch) -> torch.Tensor:
+        self.passes += 1
+        rows = []
+        for kv, twin, tokens in batch:
+            assert tokens, "a sequence with no pending positions"
+            for t in tokens:
+                kv.toks.append(t)
+                assert kv.length <= self.context_length
+                rows.append(toy_logits(kv.toks, twin, self.eos_after))
+        self.rows_per_pass.append(len(rows))
+        return torch.from_numpy(np.stack(rows))
+
+
+class ToyDecoder:
+    def __init__(self, tok):
+        self.tok = tok
+
+    def add(self, t: int) -> str:
+        return self.tok.token_text(t)
+
+    def flush(self) -> str:
+        return ""
+
+
+class ToyTokenizer:
+    eog_ids = {EOS}
+
+    def token_text(self, t: int) -> str:
+        return "<eos>" if t == EOS else "abcdefghijklmnopqrstuvwxyz0123456789 .,;"[t]
+
+    def stream_decoder(self) -> ToyDecoder:
+        return ToyDecoder(self)
+
+
+def toy_reference(prompt: list[int], max_tokens: int, params: SamplingParams, s: int, twin: int = 0,
+                  eos_after: int | None = None, n_ctx: int = 512) -> list[int]:
+    """Plain decoding straight from toy_logits: no engine, no KV cache."""
+    ctx, out = list(prompt), []
+    while len(out) < max_tokens and len(ctx) < n_ctx + 1:
+        tok = sample(toy_logits(ctx, twin, eos_after), params, s, len(out))
+        out.append(tok)
+        ctx.append(tok)
+        if tok == EOS or len(ctx) >= n_ctx:
+            break
+    return out

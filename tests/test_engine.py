@@ -1,0 +1,140 @@
+"""Engine logic on a toy model whose logits depend on every token in its KV
+cache: identity with plain decoding, pass counting, KV truncation, stops,
+scheduling.  Real-model identity tests are in test_run_cli.py."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine_helpers import EOS, ToyModel, ToyTokenizer, toy_reference
+from pti_cli.engine import Engine, EngineConfig, Request
+from pti_cli.errors import PtiError
+from pti_cli.sampling import SamplingParams
+
+GREEDY = SamplingParams()
+SAMPLED = SamplingParams(temperature=0.8, top_k=20, top_p=0.95, seed=1234)
+
+
+def prompts(n: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        motif = [rng.randrange(1, 40) for _ in range(rng.randint(3, 8))]
+        out.append((motif * 4)[: rng.randint(5, 30)] + [rng.randrange(1, 40) for _ in range(rng.randint(0, 6))])
+    return out
+
+
+def run(ps, model=None, **cfg):
+    model = model or ToyModel()
+    eng = Engine(model, ToyTokenizer(), EngineConfig(**cfg))
+    eng.submit(Request(s, p) for s, p in enumerate(ps))
+    checked = []
+
+    def check_kv(seqs):  # between passes: the KV cache holds exactly the known tokens but the newest
+        for seq in seqs:
+            if not seq.finish:
+                assert seq.kv.toks == seq.tokens[:-1]
+                checked.append(1)
+    res = eng.run(on_pass=check_kv)
+    assert model.passes == eng.passes  # one forward per pass
+    return res, eng, model, checked
+
+
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_identity_across_spec_k_and_seqs(params):
+    ps = prompts(5)
+    want = [toy_reference(p, 40, params, s) for s, p in enumerate(ps)]
+    for spec, k, seqs in [("none", 8, 1), ("none", 8, 3), ("lookup", 1, 1), ("lookup", 2, 2),
+                          ("lookup", 5, 5), ("lookup", 8, 1), ("lookup", 11, 4), ("lookup", 16, 2)]:
+        res, eng, model, checked = run(ps, spec=spec, draft=k, seqs=seqs, max_tokens=40, sampling=params)
+        assert [r.token_ids for r in res] == want, (spec, k, seqs)
+        assert checked
+        if spec == "lookup":
+            assert sum(r.accepted for r in res) > 0
+            assert max(model.rows_per_pass) > 1
+
+
+def test_tau_is_exactly_one_without_drafts():
+    res, eng, model, _ = run(prompts(3), spec="none", max_tokens=25, seqs=2)
+    for r in res:
+        assert r.tau == 1.0 and r.passes == len(r.token_ids) and r.drafted == 0
+    assert sum(r.passes for r in res) == sum(len(r.token_ids) for r in res)
+
+
+def test_lookup_passes_fewer_than_tokens():
+    res, eng, model, _ = run(prompts(3), spec="lookup", max_tokens=60)
+    for r in res:
+        assert r.passes < len(r.token_ids) and r.tau == len(r.token_ids) / r.passes
+    assert eng.passes == sum(r.passes for r in res)  # seqs=1: one sequence per pass
+
+
+def test_scheduling_n_at_a_time_results_in_input_order():
+    ps = prompts(7, seed=3)
+    model = ToyModel()
+    res, eng, _, _ = run(ps, model=model, spec="none", seqs=3, max_tokens=12)
+    assert [r.s for r in res] == list(range(7))
+    assert [r.token_ids for r in res] == [toy_reference(p, 12, GREEDY, s) for s, p in enumerate(ps)]
+    # spec none, 3 slots: after the prefills a pass has at most 3 rows
+    assert max(n for n in model.rows_per_pass if n <= 3) == 3
+    assert eng.passes < sum(r.passes for r in res)
+
+
+def test_eos_stops_and_is_counted():
+    ps = prompts(2)
+    res, _, _, _ = run(ps, model=ToyModel(eos_after=30), spec="lookup", max_tokens=100)
+    for s, r in enumerate(res):
+        assert r.finish == "eos" and r.token_ids[-1] == EOS
+        assert r.token_ids == toy_reference(ps[s], 100, GREEDY, s, eos_after=30)
+        assert "<eos>" not in r.text
+
+
+def test_max_tokens_and_context_end():
+    ps = prompts(2)
+    res, _, _, _ = run(ps, spec="lookup", max_tokens=7, draft=16)
+    assert all(len(r.token_ids) == 7 and r.finish == "length" for r in res)
+    model = ToyModel(context_length=40)
+    res, _, _, _ = run(ps, model=model, spec="lookup", max_tokens=100, draft=16)
+    for s, r in enumerate(res):
+        assert r.finish == "context" and r.prompt_tokens + len(r.token_ids) == 40
+        assert r.token_ids == toy_reference(ps[s], 100, GREEDY, s, n_ctx=40)
+
+
+def test_stop_strings_across_tokens_and_drafts():
+    ps = prompts(4, seed=5)
+    free, _, _, _ = run(ps, spec="none", max_tokens=60)
+    for s, r in enumerate(free):
+        full = r.text
+        stop = full[20:23]  # three chars, three tokens: spans token (and draft) boundaries
+        want = full[:full.find(stop)]
+        for spec, k in [("none", 8), ("lookup", 3), ("lookup", 16)]:
+            res, eng, _, _ = run([ps[s]], spec=spec, draft=k, max_tokens=60, stops=(stop, "never"))
+            assert res[0].text == want and res[0].finish == "stop", (s, spec, k)
+            assert len(res[0].token_ids) == full.find(stop) + 3  # up to the token completing it
+
+
+def test_streaming_holds_back_a_possible_stop_prefix():
+    ps = prompts(1, seed=9)
+    free, _, _, _ = run(ps, spec="none", max_tokens=40)
+    stop = free[0].text[30:33]
+    eng = Engine(ToyModel(), ToyTokenizer(), EngineConfig(spec="lookup", max_tokens=40, stops=(stop,)))
+    eng.submit([Request(0, ps[0])])
+    shown = ""
+    while eng.queue or eng.active:
+        for seq in eng.step():
+            shown += eng.new_text(seq)
+            assert stop not in shown
+    assert shown == free[0].text[:free[0].text.find(stop)]
+
+
+def test_bad_config_and_prompts():
+    for bad in [dict(spec="medusa"), dict(draft=0), dict(draft=17), dict(seqs=0), dict(max_tokens=0),
+                dict(stops=("",)), dict(sampling=SamplingParams(top_p=2.0))]:
+        with pytest.raises(PtiError):
+            Engine(ToyModel(), ToyTokenizer(), EngineConfig(**bad))
+    eng = Engine(ToyModel(context_length=10), ToyTokenizer(), EngineConfig())
+    with pytest.raises(PtiError, match="context"):
+        eng.submit([Request(0, list(range(1, 11)))])
+    with pytest.raises(PtiError, match="empty"):
+        eng.submit([Request(0, [])])
