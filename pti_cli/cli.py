@@ -49,6 +49,34 @@ def inspect(
 
 
 # --- run command (engine) goes here ---
+@app.command()
+def run(
+    model: Optional[str] = typer.Argument(None, help="An .ssq file (default: the embedded SmolLM2-135M-Instruct)."),
+    source: Optional[str] = typer.Argument(None, help="'-': read one prompt from stdin (also `pti run -`)."),
+    prompt: List[str] = typer.Option([], "-p", "--prompt", help="A prompt (repeatable)."),
+    file: Optional[Path] = typer.Option(None, "-f", "--file", help="Prompts file: .jsonl ({\"prompt\"} or {\"messages\"} per line) or .txt (one per line)."),
+    chat: Optional[bool] = typer.Option(None, "--chat/--raw", help="Use the model's chat template (default when it has one)."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per sequence on stdout."),
+    stats: bool = typer.Option(False, "--stats", help="Tokens, passes, tau, tok/s on stderr."),
+    backend: str = typer.Option("auto", "--backend", help="auto | torch | cuda | hip."),
+    seqs: int = typer.Option(1, "--seqs", help="Sequences served at once (prompts repeat to fill them)."),
+    twins: str = typer.Option("a", "--twins", help="a | b | ab (ab: sequence s on twin s % 2)."),
+    spec: str = typer.Option("lookup", "--spec", help="Drafts: none | lookup (n-gram lookup, lossless)."),
+    draft: int = typer.Option(8, "--draft", help="K: the longest draft, 1..16."),
+    temp: float = typer.Option(0.0, "--temp", help="Temperature; 0 = greedy."),
+    top_k: int = typer.Option(0, "--top-k", help="Keep the k most likely tokens (0 = off)."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Keep the smallest set with this probability mass."),
+    min_p: float = typer.Option(0.0, "--min-p", help="Drop tokens below min-p x the top probability."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    max_tokens: int = typer.Option(256, "-n", "--max-tokens", help="Most new tokens per sequence."),
+    stop: List[str] = typer.Option([], "--stop", help="Stop before this string (repeatable)."),
+):
+    """Generate from an .ssq model: many sequences, lossless speculative decoding."""
+    from .run_view import run_cli
+    run_cli(model=model, source=source, prompt=prompt, file=file, chat=chat, json_out=json_out, stats=stats,
+            backend=backend, seqs=seqs, twins=twins, spec=spec, draft=draft, temp=temp, top_k=top_k,
+            top_p=top_p, min_p=min_p, seed=seed, max_tokens=max_tokens, stop=stop)
+
 
 
 # --- bench command goes here ---

@@ -1,0 +1,170 @@
+"""The small Python API: load an .ssq, generate, stream.
+
+    from pti_cli.api import Pti
+    pti = Pti("model.ssq")                    # or Pti() for the embedded default model
+    results = pti.generate(["Summarise: ..."], max_tokens=64, spec="lookup")
+    for piece in pti.stream("Tell me a story", max_tokens=64):
+        print(piece, end="")
+
+`generate` returns one `engine.Result` per sequence in input order.  With
+`seqs` larger than the number of prompts, the prompts are repeated (copy i
+is prompt i % len(prompts)) and every copy is its own sequence s = i, so
+sampled copies differ.  Twins: "a" or "b" serve every sequence; "ab" gives
+sequence s twin s % 2 (base and tuned side by side in the same passes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .engine import Engine, EngineConfig, Request, Result
+from .errors import PtiError
+from .prompts import Prompt
+from .sampling import SamplingParams
+
+TWINS = ("a", "b", "ab")
+BACKENDS = ("auto", "torch", "cuda", "hip")
+
+
+def default_ssq() -> Path:
+    """The embedded default model packed once into the user cache (atomic; reused while valid)."""
+    from .default_model import cache_dir, default_gguf
+    from .pack import pack
+    from .ssq.read import SSQFile
+    gguf = default_gguf()
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = cache_dir() / f"{gguf.stem}-{key}.ssq"
+    if out.is_file():
+        try:
+            SSQFile(out)
+            return out
+        except PtiError:
+            pass  # a corrupt cache entry: pack it again
+    pack(gguf, None, out, force=True)
+    return out
+
+
+def twin_of(s: int, twins: str) -> int:
+    return {"a": 0, "b": 1}.get(twins, s % 2)
+
+
+class _ModelPort:
+    """What the engine needs from a Model: forward, new_kv, context_length."""
+
+    def __init__(self, model, context_length: int):
+        self.model = model
+        self.context_length = context_length
+
+    @property
+    def passes(self) -> int:
+        return self.model.passes
+
+    def new_kv(self):
+        return self.model.new_kv()
+
+    def forward(self, batch):
+        return self.model.forward(batch)
+
+
+class _TokenizerPort:
+    """What the engine needs from a Tokenizer: EOG ids, a UTF-8-safe stream decoder, token text."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.eog_ids = frozenset(tok.eog_ids)
+
+    def stream_decoder(self):
+        return _Decoder(self.tok.stream_decoder())
+
+    def token_text(self, t: int) -> str:
+        return self.tok.decode([t])
+
+
+class _Decoder:
+    def __init__(self, dec):
+        self.dec = dec
+
+    def add(self, t: int) -> str:
+        return self.dec.add(t)
+
+    def flush(self) -> str:
+        return self.dec.flush()
+
+
+class Pti:
+    """An opened .ssq model, ready to generate."""
+
+    def __init__(self, path: str | Path | None = None, backend: str = "auto", twins: str = "a"):
+        if twins not in TWINS:
+            raise PtiError(f"--twins must be one of {', '.join(TWINS)}, got {twins!r}")
+        if backend not in BACKENDS:
+            raise PtiError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        from .backends import load_backend
+        from .config import ModelConfig
+        from .model import Model
+        from .ssq.read import SSQFile
+        from .tokenizer import Tokenizer
+        self.path = Path(path) if path is not None else default_ssq()
+        if self.path.is_dir():
+            raise PtiError(f"{self.path}: is a directory, not an .ssq file")
+        self.ssq = SSQFile(self.path)
+        self.twins = twins
+        self.config = ModelConfig.from_metadata(self.ssq.metadata)
+        self.tokenizer = Tokenizer.from_metadata(self.ssq.metadata)
+        self.model = Model(self.ssq, load_backend(backend), twins=twins)
+        self._model_port = _ModelPort(self.model, self.config.context_length)
+        self._tok_port = _TokenizerPort(self.tokenizer)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self.ssq.metadata.get("tokenizer.chat_template"))
+
+    def encode(self, prompt: str | Prompt, chat: bool | None = None) -> list[int]:
+        """Token ids of a prompt: through the model's chat template unless raw."""
+        p = prompt if isinstance(prompt, Prompt) else Prompt("prompt", text=prompt)
+        use_chat = self.has_chat_template if chat is None else chat
+        if use_chat:
+            if not self.has_chat_template:
+                raise PtiError(f"{p.where}: --chat needs a chat template, and this model has none (use --raw)")
+            from .chat import render_chat
+            messages = p.messages or [{"role": "user", "content": p.text}]
+            text = render_chat(self.ssq.metadata["tokenizer.chat_template"], messages, self.tokenizer)
+            return self.tokenizer.encode(text, add_bos=self.tokenizer.add_bos, special=True)
+        if p.messages is not None:
+            raise PtiError(f"{p.where}: a \"messages\" prompt needs --chat")
+        return self.tokenizer.encode(p.text, add_bos=self.tokenizer.add_bos, special=False)
+
+    def requests(self, prompts: Sequence[str | Prompt], seqs: int = 1, chat: bool | None = None) -> list[Request]:
+        if not prompts:
+            raise PtiError("no prompts given")
+        ids = [self.encode(p, chat) for p in prompts]
+        n = max(len(ids), seqs)
+        return [Request(s, ids[s % len(ids)], twin_of(s, self.twins)) for s in range(n)]
+
+    def engine(self, *, max_tokens: int = 256, spec: str = "lookup", draft: int = 8, seqs: int = 1,
+               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+               seed: int = 0, stops: Sequence[str] = ()) -> Engine:
+        cfg = EngineConfig(max_tokens=max_tokens, spec=spec, draft=draft, seqs=seqs, stops=tuple(stops),
+                           sampling=SamplingParams(temperature, top_k, top_p, min_p, seed))
+        return Engine(self._model_port, self._tok_port, cfg)
+
+    def generate(self, prompts: str | Sequence[str | Prompt], *, chat: bool | None = None,
+                 on_pass=None, **opts) -> list[Result]:
+        """Run every prompt to the end; one Result per sequence, in input order."""
+        prompts = [prompts] if isinstance(prompts, (str, Prompt)) else list(prompts)
+        eng = self.engine(**opts)
+        eng.submit(self.requests(prompts, eng.cfg.seqs, chat))
+        return eng.run(on_pass)
+
+    def stream(self, prompt: str | Prompt, *, chat: bool | None = None, **opts) -> Iterator[str]:
+        """Text pieces of one sequence as they become final (UTF-8 safe, stop strings held back)."""
+        eng = self.engine(**{**opts, "seqs": 1})
+        eng.submit(self.requests([prompt], 1, chat))
+        while eng.queue or eng.active:
+            for seq in eng.step():
+                piece = eng.new_text(seq)
+                if piece:
+                    yield piece
