@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""CI check of kernels/pti_kernel.hip with no GPU: compile it through NVRTC for
+sm_80 and sm_90, print ptxas' resource report per kernel, and fail on a compile
+error or on any local-memory use (stack frame or spills)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pti_cli.backends.compile import compile_nvrtc, kernel_source, nvrtc_version  # noqa: E402
+from pti_cli.errors import PtiError  # noqa: E402
+
+ARCHS = ("sm_80", "sm_90")
+
+
+def main() -> int:
+    source = kernel_source()
+    failed = False
+    print(f"check_kernels: {nvrtc_version()}")
+    for arch in ARCHS:
+        try:
+            out = compile_nvrtc(source, arch)
+        except PtiError as e:
+            print(f"FAIL {arch}: {e}")
+            failed = True
+            continue
+        print(f"{arch}: {len(out.resources)} kernels, CUBIN {len(out.binary)} bytes")
+        print(f"  {'kernel':<34} {'regs':>5} {'smem':>6} {'stack':>6} {'spill st/ld':>12}")
+        for name, r in sorted(out.resources.items()):
+            bad = r["stack"] or r["spill_stores"] or r["spill_loads"]
+            print(f"  {name:<34} {r['registers']:>5} {r['smem']:>6} {r['stack']:>6} "
+                  f"{r['spill_stores']:>5}/{r['spill_loads']:<6}{'  LOCAL MEMORY' if bad else ''}")
+            failed |= bool(bad)
+        if not out.resources:
+            print(f"FAIL {arch}: no resource report in the compiler log")
+            failed = True
+    print("check_kernels: FAIL" if failed else "check_kernels: OK")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
