@@ -51,6 +51,21 @@ def twin_of(s: int, twins: str) -> int:
     return {"a": 0, "b": 1}.get(twins, s % 2)
 
 
+def check_choices(twins: str = "a", backend: str = "auto") -> None:
+    if twins not in TWINS:
+        raise PtiError(f"--twins must be one of {', '.join(TWINS)}, got {twins!r}")
+    if backend not in BACKENDS:
+        raise PtiError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+def engine_config(*, max_tokens: int = 256, spec: str = "lookup", draft: int = 8, seqs: int = 1,
+                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+                  seed: int = 0, stops: Sequence[str] = ()) -> EngineConfig:
+    """A checked EngineConfig (PtiError on any bad value)."""
+    return EngineConfig(max_tokens=max_tokens, spec=spec, draft=draft, seqs=seqs, stops=tuple(stops),
+                        sampling=SamplingParams(temperature, top_k, top_p, min_p, seed)).check()
+
+
 class _ModelPort:
     """What the engine needs from a Model: forward, new_kv, context_length."""
 
@@ -98,21 +113,18 @@ class Pti:
     """An opened .ssq model, ready to generate."""
 
     def __init__(self, path: str | Path | None = None, backend: str = "auto", twins: str = "a"):
-        if twins not in TWINS:
-            raise PtiError(f"--twins must be one of {', '.join(TWINS)}, got {twins!r}")
-        if backend not in BACKENDS:
-            raise PtiError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        from .backends import load_backend
-        from .config import ModelConfig
-        from .model import Model
+        check_choices(twins, backend)
         from .ssq.read import SSQFile
-        from .tokenizer import Tokenizer
         self.path = Path(path) if path is not None else default_ssq()
         if self.path.is_dir():
             raise PtiError(f"{self.path}: is a directory, not an .ssq file")
         self.ssq = SSQFile(self.path)
+        from .backends import load_backend
+        from .config import ModelConfig
+        from .model import Model
+        from .tokenizer import Tokenizer
         self.twins = twins
-        self.config = ModelConfig.from_metadata(self.ssq.metadata)
+        self.config = ModelConfig.from_ssq(self.ssq)
         self.tokenizer = Tokenizer.from_metadata(self.ssq.metadata)
         self.model = Model(self.ssq, load_backend(backend), twins=twins)
         self._model_port = _ModelPort(self.model, self.config.context_length)
@@ -144,12 +156,8 @@ class Pti:
         n = max(len(ids), seqs)
         return [Request(s, ids[s % len(ids)], twin_of(s, self.twins)) for s in range(n)]
 
-    def engine(self, *, max_tokens: int = 256, spec: str = "lookup", draft: int = 8, seqs: int = 1,
-               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-               seed: int = 0, stops: Sequence[str] = ()) -> Engine:
-        cfg = EngineConfig(max_tokens=max_tokens, spec=spec, draft=draft, seqs=seqs, stops=tuple(stops),
-                           sampling=SamplingParams(temperature, top_k, top_p, min_p, seed))
-        return Engine(self._model_port, self._tok_port, cfg)
+    def engine(self, **opts) -> Engine:
+        return Engine(self._model_port, self._tok_port, engine_config(**opts))
 
     def generate(self, prompts: str | Sequence[str | Prompt], *, chat: bool | None = None,
                  on_pass=None, **opts) -> list[Result]:

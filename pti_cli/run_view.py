@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from .api import Pti
+from .api import Pti, check_choices, engine_config
 from .engine import Result
 from .errors import PtiError
 from .prompts import gather
@@ -67,11 +67,13 @@ def run_cli(*, model: str | None, source: str | None, prompt: list[str], file: P
             chat: bool | None, json_out: bool, stats: bool, backend: str, seqs: int, twins: str,
             spec: str, draft: int, temp: float, top_k: int, top_p: float, min_p: float, seed: int,
             max_tokens: int, stop: list[str]) -> None:
+    opts = dict(max_tokens=max_tokens, spec=spec, draft=draft, seqs=seqs, temperature=temp,
+                top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, stops=stop)
+    engine_config(**opts)          # every option checked before anything is loaded
+    check_choices(twins, backend)
     model, stdin = _prompt_source(model, source)
     prompts = gather(prompt, file, stdin)
     pti = Pti(model, backend=backend, twins=twins)
-    opts = dict(max_tokens=max_tokens, spec=spec, draft=draft, seqs=seqs, temperature=temp,
-                top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, stops=stop)
     eng = pti.engine(**opts)
     reqs = pti.requests(prompts, seqs, chat)
     eng.submit(reqs)
