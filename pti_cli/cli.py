@@ -80,6 +80,27 @@ def run(
 
 
 # --- bench command goes here ---
+# (model-level options: H5 area, pti_cli/bench.py; H6 merges --kernels into this command)
+@app.command()
+def bench(
+    synthetic: Optional[str] = typer.Option(None, "--synthetic", help="Random-weight model built on the device: 1b | 8b | 32b (tiny: tests)."),
+    seqs: str = typer.Option("1,2,4,8,16,32", "--seqs", help="Sequences per pass, comma-separated."),
+    spec: str = typer.Option("none", "--spec", help="none | lookup (lookup replays --accept-trace), comma-separated."),
+    twins: str = typer.Option("a", "--twins", help="a | b | ab (ab: distinct SSQ16 twins), comma-separated."),
+    prompt_len: int = typer.Option(512, "--prompt-len", help="Prompt tokens per sequence (prefill, timed apart)."),
+    gen: int = typer.Option(128, "--gen", help="Tokens decoded per sequence."),
+    repeats: int = typer.Option(3, "--repeats", help="Timed repeats after one warm-up; the median is kept."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda."),
+    ops: str = typer.Option("auto", "--ops", help="auto | torch | cuda: non-matmul ops and matmul backend."),
+    accept_trace: Optional[Path] = typer.Option(None, "--accept-trace", help="Accept trace (JSON) recorded on a real model, replayed for --spec lookup."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON to this file."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write tok/s against sequences, with the ceiling, to this PNG."),
+):
+    """Decode speed against the memory-bandwidth ceiling (model level)."""
+    from .bench import bench_cli
+    bench_cli(synthetic, seqs=seqs, spec=spec, twins=twins, prompt_len=prompt_len, gen=gen, repeats=repeats,
+              device=device, json_out=json_out, plot=plot, accept_trace=accept_trace, ops=ops)
+
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -1,0 +1,235 @@
+// pti_ops.hip: the non-matmul kernels of a pass (one source for CUDA and HIP).
+//
+// Every kernel computes each output row from that row's inputs alone, with a
+// fixed reduction order, so a row's bits never depend on how many rows share
+// the pass (batch invariance: lossless speculation needs it).  Attention
+// splits the KV cache into chunks of ATTN_CHUNK absolute positions (fixed,
+// whatever the number of rows) and combines them in chunk order.
+//
+// Activations are bf16 (kept as raw 16-bit words, so no vendor header is
+// needed), the residual stream float32.  T = the matmul output type: bf16 or
+// float32, both instantiated below.
+
+#ifdef __HIPCC__
+#include <hip/hip_runtime.h>
+#define WARP 64
+#define SHFL_XOR(v, m) __shfl_xor(v, m)
+#else
+#define WARP 32
+#define SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, v, m)
+#endif
+
+#define ATTN_CHUNK 64
+#define MAX_G 8
+#define NEG_INF __int_as_float(0xff800000)
+
+typedef unsigned short bf16_t;
+
+__device__ __forceinline__ float bf2f(bf16_t v) { return __uint_as_float(((unsigned)v) << 16); }
+__device__ __forceinline__ float ld(const bf16_t* p, long i) { return bf2f(p[i]); }
+__device__ __forceinline__ float ld(const float* p, long i) { return p[i]; }
+
+// round to nearest even, as torch's float -> bfloat16 conversion
+__device__ __forceinline__ bf16_t f2bf(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int m = WARP / 2; m > 0; m >>= 1) v += SHFL_XOR(v, m);
+    return v;
+}
+
+// Block-wide sum with a fixed tree: same bits whatever the row.
+__device__ float block_sum(float v, float* red) {
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    v = warp_sum(v);
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int i = 0; i < nw; i++) s += red[i];
+    __syncthreads();
+    return s;
+}
+
+// x[m] += r[m] (when r); h[m] = bf16(x[m] * rsqrt(mean(x^2) + eps) * w).  grid: rows.
+template <typename T>
+__device__ void add_rmsnorm(float* x, const T* r, const float* w, bf16_t* h, int d, float eps) {
+    __shared__ float red[32];
+    long base = (long)blockIdx.x * d;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = x[base + i];
+        if (r) { v += ld(r, base + i); x[base + i] = v; }
+        ss += v * v;
+    }
+    float inv = rsqrtf(block_sum(ss, red) / (float)d + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) h[base + i] = f2bf(x[base + i] * inv * w[i]);
+}
+
+// RoPE on q and k of one row, q to q_out, k and v into the layer's cache
+// [slots][Hk][ctx1][hd] at the row's position.  pos < 0: a padding row, no cache write.
+template <typename T>
+__device__ void rope_kv(const T* qkv, const int* pos, const int* slot, const float* cos_t, const float* sin_t,
+                        bf16_t* q_out, bf16_t* kc, bf16_t* vc, int H, int Hk, int hd, int ctx1, int neox) {
+    int m = blockIdx.x, p = pos[m], half = hd / 2;
+    int pa = p < 0 ? 0 : p;
+    long row = (long)m * (H + 2 * Hk) * hd;
+    long kv_row = ((long)slot[m] * Hk) * ctx1 * hd + (long)pa * hd;  // + kh * ctx1 * hd
+    for (int idx = threadIdx.x; idx < (H + Hk) * half; idx += blockDim.x) {
+        int head = idx / half, i = idx % half;
+        int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        float a = ld(qkv, row + (long)head * hd + ia), b = ld(qkv, row + (long)head * hd + ib);
+        float c = cos_t[(long)pa * half + i], s = sin_t[(long)pa * half + i];
+        float ra = a * c - b * s, rb = a * s + b * c;
+        if (head < H) {
+            long o = ((long)m * H + head) * hd;
+            q_out[o + ia] = f2bf(ra);
+            q_out[o + ib] = f2bf(rb);
+        } else if (p >= 0) {
+            long o = kv_row + (long)(head - H) * ctx1 * hd;
+            kc[o + ia] = f2bf(ra);
+            kc[o + ib] = f2bf(rb);
+        }
+    }
+    if (p < 0) return;
+    for (int idx = threadIdx.x; idx < Hk * hd; idx += blockDim.x) {
+        int kh = idx / hd, i = idx % hd;
+        vc[kv_row + (long)kh * ctx1 * hd + i] = f2bf(ld(qkv, row + (long)(H + Hk) * hd + idx));
+    }
+}
+
+// out = bf16(silu(gate) * up); gu rows are [gate F | up F].  Grid-stride over rows * F.
+template <typename T>
+__device__ void silu_mul(const T* gu, bf16_t* out, int F, long total) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        long m = i / F, j = i % F;
+        float g = ld(gu, m * 2 * F + j), u = ld(gu, m * 2 * F + F + j);
+        out[i] = f2bf(g / (1.f + expf(-g)) * u);
+    }
+}
+
+#define INSTANTIATE(T, SUF)                                                                              \
+extern "C" __global__ void add_rmsnorm_##SUF(float* x, const T* r, const float* w, bf16_t* h, int d,       \
+                                             float eps) { add_rmsnorm<T>(x, r, w, h, d, eps); }           \
+extern "C" __global__ void rope_kv_##SUF(const T* qkv, const int* pos, const int* slot, const float* c,    \
+        const float* s, bf16_t* q, bf16_t* kc, bf16_t* vc, int H, int Hk, int hd, int ctx1, int neox) {   \
+    rope_kv<T>(qkv, pos, slot, c, s, q, kc, vc, H, Hk, hd, ctx1, neox); }                                 \
+extern "C" __global__ void silu_mul_##SUF(const T* gu, bf16_t* out, int F, long total) {                  \
+    silu_mul<T>(gu, out, F, total); }
+
+INSTANTIATE(bf16_t, bf16)
+INSTANTIATE(float, f32)
+
+// Attention, step 1: one block per (chunk, kv head, row).  The block scores the
+// row's G = H / Hk query heads against the chunk's keys (positions <= the row's
+// own: causal among the pass's new rows too, since their keys are already in
+// the cache) and writes the chunk's max, sum of exp and un-normalised output.
+template <int HD>
+__device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* pos,
+                             const int* slot, float* part_acc, float* part_ml, int H, int Hk, int ctx1,
+                             int n_chunks, float scale) {
+    __shared__ float qs[MAX_G][HD];
+    __shared__ float sc[MAX_G][ATTN_CHUNK];
+    __shared__ float mx[MAX_G], sm[MAX_G];
+    int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, p = pos[m];
+    int G = H / Hk;
+    int t0 = c * ATTN_CHUNK;
+    if (p < 0 || t0 > p) return;  // chunks past the row's position are never read by the combine
+    int nt = min(ATTN_CHUNK, p + 1 - t0);
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
+        qs[i / HD][i % HD] = bf2f(q[((long)m * H + kh * G) * HD + i]) * scale;
+    __syncthreads();
+    long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    constexpr int PER = HD / WARP;
+    for (int t = w; t < nt; t += nw) {
+        float k[PER];
+#pragma unroll
+        for (int j = 0; j < PER; j++) k[j] = bf2f(kc[kv0 + (long)t * HD + lane * PER + j]);
+        for (int g = 0; g < G; g++) {
+            float s = 0.f;
+#pragma unroll
+            for (int j = 0; j < PER; j++) s += qs[g][lane * PER + j] * k[j];
+            s = warp_sum(s);
+            if (lane == 0) sc[g][t] = s;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        int g = threadIdx.x;
+        float mm = NEG_INF, l = 0.f;
+        for (int t = 0; t < nt; t++) mm = fmaxf(mm, sc[g][t]);
+        for (int t = 0; t < nt; t++) { float e = expf(sc[g][t] - mm); sc[g][t] = e; l += e; }
+        mx[g] = mm;
+        sm[g] = l;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float acc[MAX_G];
+#pragma unroll
+        for (int g = 0; g < MAX_G; g++) acc[g] = 0.f;
+        for (int t = 0; t < nt; t++) {
+            float v = bf2f(vc[kv0 + (long)t * HD + d]);
+#pragma unroll
+            for (int g = 0; g < MAX_G; g++) if (g < G) acc[g] += sc[g][t] * v;
+        }
+#pragma unroll
+        for (int g = 0; g < MAX_G; g++)
+            if (g < G) part_acc[(((long)m * H + kh * G + g) * n_chunks + c) * HD + d] = acc[g];
+    }
+    if (threadIdx.x < G) {
+        long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
+        part_ml[o] = mx[threadIdx.x];
+        part_ml[o + 1] = sm[threadIdx.x];
+    }
+}
+
+// Attention, step 2: one block per (head, row); chunks combined in chunk order.
+template <int HD>
+__device__ void attn_combine(const float* part_acc, const float* part_ml, const int* pos, bf16_t* out,
+                             int H, int n_chunks) {
+    int h = blockIdx.x, m = blockIdx.y, p = pos[m];
+    long o = ((long)m * H + h) * HD;
+    if (p < 0) {
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) out[o + d] = 0;
+        return;
+    }
+    int nc = p / ATTN_CHUNK + 1;
+    const float* ml = part_ml + ((long)m * H + h) * n_chunks * 2;
+    float gm = NEG_INF;
+    for (int c = 0; c < nc; c++) gm = fmaxf(gm, ml[2 * c]);
+    float denom = 0.f;
+    for (int c = 0; c < nc; c++) denom += ml[2 * c + 1] * expf(ml[2 * c] - gm);
+    const float* acc = part_acc + ((long)m * H + h) * n_chunks * HD;
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float a = 0.f;
+        for (int c = 0; c < nc; c++) a += acc[(long)c * HD + d] * expf(ml[2 * c] - gm);
+        out[o + d] = f2bf(a / denom);
+    }
+}
+
+#define INSTANTIATE_ATTN(HD)                                                                            \
+extern "C" __global__ void attn_partial_##HD(const bf16_t* q, const bf16_t* kc, const bf16_t* vc,        \
+        const int* pos, const int* slot, float* pa, float* pml, int H, int Hk, int ctx1, int nch,      \
+        float scale) { attn_partial<HD>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale); }     \
+extern "C" __global__ void attn_combine_##HD(const float* pa, const float* pml, const int* pos,         \
+        bf16_t* out, int H, int nch) { attn_combine<HD>(pa, pml, pos, out, H, nch); }
+
+INSTANTIATE_ATTN(64)
+INSTANTIATE_ATTN(128)
+
+// Streaming read of n 16-byte words: the bandwidth denominator of `pti bench`.
+extern "C" __global__ void stream_read(const uint4* p, long n, unsigned* sink) {
+    unsigned acc = 0;
+    long stride = (long)gridDim.x * blockDim.x;
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        uint4 a = p[i], b = p[i + stride], c = p[i + 2 * stride], d = p[i + 3 * stride];
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n; i += stride) { uint4 a = p[i]; acc ^= a.x ^ a.y ^ a.z ^ a.w; }
+    if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; almost never taken
+}

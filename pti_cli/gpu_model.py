@@ -1,0 +1,354 @@
+"""The GPU forward: static device buffers, fused ops, one CUDA graph per bucket.
+
+A pass serves S sequences with P rows each (1 + draft, padded to the bucket):
+rows are ordered by sequence, twin-A sequences first.  Three int32 device
+vectors describe it: `tokens`, `pos` (absolute position of the row; -1 = a
+padding row, which writes nothing) and `slot` (the sequence's KV-cache slot).
+The KV write happens before attention, so the rows of one sequence see each
+other causally through the cache, and a rejected draft needs no truncation:
+its positions are overwritten by the next pass.
+
+The same code runs two ways: `TorchOps` (any torch device; the CPU test path
+and the reference) and `CudaOps` (kernels/pti_ops.hip, batch-invariant, a
+fixed KV chunk order).  Matrices go through a `Linear`: dequantised torch
+weights, or the kernels backend's twin matmul.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from .errors import PtiError
+
+QBLOCK = 32
+SEQ_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+ROW_BUCKETS = (1, 2, 4, 8, 16)   # rows per sequence captured in graphs; more runs eagerly
+ATTN_CHUNK = 64                  # KV positions per attention block: fixed, so rows never change order
+
+
+@dataclass
+class GpuShape:
+    n_layers: int
+    dim: int
+    ffn: int
+    n_heads: int
+    n_kv_heads: int
+    vocab: int
+    head_dim: int = 0
+    eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_neox: bool = False   # llama GGUF: adjacent pairs; qwen: half split
+
+    def __post_init__(self) -> None:
+        if self.head_dim == 0:
+            self.head_dim = self.dim // self.n_heads
+
+
+# ---------------------------------------------------------------- matrices
+
+class DenseLinear:
+    """Torch path: dequantised weights per twin; rows [:n_a] use twin A, the rest twin B."""
+
+    def __init__(self, mats: list[torch.Tensor], stored_bytes: int):
+        self.mats, self.nbytes = mats, stored_bytes
+
+    def __call__(self, x: torch.Tensor, n_a: int) -> torch.Tensor:
+        if len(self.mats) == 1:
+            return x @ self.mats[0].T
+        wa, wb = self.mats
+        return torch.cat([x[:n_a] @ wa.T, x[n_a:] @ wb.T])
+
+
+class KernelLinear:
+    """The kernels backend's matmul (batch-invariant); both twins from one read when ab."""
+
+    def __init__(self, backend: Any, w: Any, n_twins: int, stored_bytes: int, twin: int = 0):
+        self.backend, self.w, self.n_twins, self.nbytes, self.twin = backend, w, n_twins, stored_bytes, twin
+
+    def __call__(self, x: torch.Tensor, n_a: int) -> torch.Tensor:
+        if self.n_twins == 1:
+            return self.backend.matmul(x, self.w, self.twin)
+        ya, yb = self.backend.matmul_twins(x[:n_a], x[n_a:], self.w)
+        return torch.cat([ya, yb])
+
+
+def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, backend: Any = None):
+    """A Linear from one or two (int8 [N, K], f16 scales [N, K/32]) Q8_0 matrices on `device`."""
+    n, k = pairs[0][0].shape
+    q8_bytes = n * ((k + QBLOCK - 1) // QBLOCK) * 34 * len(pairs)
+    if backend is not None:
+        return KernelLinear(backend, backend.weight_from_q8(pairs), len(pairs), q8_bytes)
+    act = torch.float32 if device.type == "cpu" else torch.bfloat16
+    mats = []
+    for qs, scales in pairs:
+        w = qs.to(act) * scales.to(act).repeat_interleave(QBLOCK, dim=1)[:, :k]
+        mats.append(w.contiguous())
+    return DenseLinear(mats, sum(m.numel() * m.element_size() for m in mats))
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: torch.Tensor
+    wqkv: Any     # fused q, k, v rows
+    wo: Any
+    ffn_norm: torch.Tensor
+    wgu: Any      # fused gate rows then up rows
+    wdown: Any
+
+
+@dataclass
+class Weights:
+    embed: torch.Tensor          # [vocab, dim], activation dtype; a pass reads a few rows
+    layers: list[LayerWeights]
+    out_norm: torch.Tensor
+    output: Any
+
+    def matrix_bytes(self) -> int:
+        """Bytes of every matrix a pass reads (the embedding table excluded)."""
+        mats = [self.output] + [m for lw in self.layers for m in (lw.wqkv, lw.wo, lw.wgu, lw.wdown)]
+        return sum(m.nbytes for m in mats)
+
+    def norm_bytes(self) -> int:
+        vecs = [self.out_norm] + [v for lw in self.layers for v in (lw.attn_norm, lw.ffn_norm)]
+        return sum(v.numel() * v.element_size() for v in vecs)
+
+
+# ---------------------------------------------------------------- non-matmul ops
+
+class TorchOps:
+    """Plain torch ops: no host syncs and static shapes, so a CUDA graph can capture them."""
+
+    name = "torch"
+
+    def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype) -> torch.Tensor:
+        if r is not None:
+            x += r.float()
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+        return h.to(dtype)
+
+    def rope_kv(self, m: "GpuModel", qkv: torch.Tensor, pos, slot, layer: int) -> torch.Tensor:
+        sh, M = m.shape, qkv.shape[0]
+        hd, H, Hk = sh.head_dim, sh.n_heads, sh.n_kv_heads
+        qkv = qkv.float().view(M, H + 2 * Hk, hd)
+        p = torch.where(pos < 0, m.max_ctx, pos).long()  # padding rows write the scratch position
+        qk = _rope(qkv[:, : H + Hk], m.cos[p], m.sin[p], sh.rope_neox)
+        q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + Hk:]
+        s = slot.long()
+        m.kcache[layer][s, :, p] = k.to(m.kv_dtype)
+        m.vcache[layer][s, :, p] = v.to(m.kv_dtype)
+        return q.to(m.act_dtype)
+
+    def attention(self, m: "GpuModel", q: torch.Tensor, pos, slot, layer: int, S: int, P: int) -> torch.Tensor:
+        sh = m.shape
+        H, Hk, hd = sh.n_heads, sh.n_kv_heads, sh.head_dim
+        G = H // Hk
+        seq_slot = slot.view(S, P)[:, 0].long()
+        K = m.kcache[layer][seq_slot, :, : m.max_ctx].float()  # [S, Hk, T, hd]
+        V = m.vcache[layer][seq_slot, :, : m.max_ctx].float()
+        qh = q.float().view(S, P, Hk, G, hd).permute(0, 2, 3, 1, 4)  # [S, Hk, G, P, hd]
+        scores = torch.einsum("shgpd,shtd->shgpt", qh, K) / math.sqrt(hd)
+        t = torch.arange(m.max_ctx, device=q.device)
+        visible = t.view(1, 1, 1, 1, -1) <= pos.clamp(min=0).view(S, 1, 1, P, 1)
+        scores = scores.masked_fill(~visible, float("-inf"))
+        o = torch.einsum("shgpt,shtd->shgpd", torch.softmax(scores, -1), V)
+        return o.permute(0, 3, 1, 2, 4).reshape(S * P, H * hd).to(m.act_dtype)
+
+    def silu_mul(self, gu: torch.Tensor, ffn: int) -> torch.Tensor:
+        g, u = gu[:, :ffn].float(), gu[:, ffn:].float()
+        return (torch.nn.functional.silu(g) * u).to(gu.dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> torch.Tensor:
+    """Rotate [M, heads, hd] by per-row angles cos/sin [M, hd/2] (float32)."""
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    if neox:
+        half = x.shape[-1] // 2
+        a, b = x[..., :half], x[..., half:]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+
+# ---------------------------------------------------------------- the model
+
+@dataclass
+class SeqRows:
+    """One sequence's part of a pass: its new tokens start at position `start`."""
+    slot: int
+    tokens: Sequence[int]
+    start: int
+    twin: int = 0
+
+
+@dataclass
+class _Bucket:
+    n_a: int          # twin-A sequences (first)
+    n_seqs: int
+    rows: int         # rows per sequence
+    inp: torch.Tensor  # int32 [3, M]: tokens, pos, slot
+    graph: Any = None
+    logits: torch.Tensor | None = None
+    next_ids: torch.Tensor | None = None
+    host_in: Any = None
+    host_out: Any = None
+
+
+class GpuModel:
+    """A Llama-family forward over a KV cache of `max_seqs` slots x `max_ctx` positions."""
+
+    def __init__(self, shape: GpuShape, weights: Weights, *, max_seqs: int, max_ctx: int,
+                 device: torch.device, twins: str = "a", ops: Any = None, graphs: bool | None = None):
+        self.shape, self.w, self.device, self.twins = shape, weights, device, twins
+        self.max_seqs, self.max_ctx = max_seqs, max_ctx
+        self.act_dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+        self.kv_dtype = self.act_dtype
+        self.ops = ops or TorchOps()
+        self.graphs = (device.type == "cuda") if graphs is None else graphs
+        hd = shape.head_dim
+        # +1 position: the scratch row padding rows write to in the torch path
+        kv_shape = (max_seqs, shape.n_kv_heads, max_ctx + 1, hd)
+        self.kcache = [torch.zeros(kv_shape, dtype=self.kv_dtype, device=device) for _ in range(shape.n_layers)]
+        self.vcache = [torch.zeros(kv_shape, dtype=self.kv_dtype, device=device) for _ in range(shape.n_layers)]
+        inv = 1.0 / (shape.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        ang = torch.arange(max_ctx + 1, dtype=torch.float64)[:, None] * inv[None, :]
+        self.cos = ang.cos().float().to(device)
+        self.sin = ang.sin().float().to(device)
+        self.buckets: dict[tuple[int, int, int], _Bucket] = {}
+        self.passes = 0
+        self.host_s = 0.0   # host time spent building passes and reading results (not the forward)
+
+    # -- one forward over device vectors; S sequences x P rows, the first n_a_rows on twin A
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, S: int, P: int, n_a_rows: int):
+        sh, ops = self.shape, self.ops
+        x = self.w.embed[tokens.long()].float()
+        r = None
+        for i, lw in enumerate(self.w.layers):
+            h = ops.add_norm(x, r, lw.attn_norm, sh.eps, self.act_dtype)
+            q = ops.rope_kv(self, lw.wqkv(h, n_a_rows), pos, slot, i)
+            a = ops.attention(self, q, pos, slot, i, S, P)
+            h = ops.add_norm(x, lw.wo(a, n_a_rows), lw.ffn_norm, sh.eps, self.act_dtype)
+            r = lw.wdown(ops.silu_mul(lw.wgu(h, n_a_rows), sh.ffn), n_a_rows)
+        h = ops.add_norm(x, r, self.w.out_norm, sh.eps, self.act_dtype)
+        return self.w.output(h, n_a_rows)
+
+    # -- host side of one pass
+    def _bucket_key(self, seqs: Sequence[SeqRows]) -> tuple[int, int, int]:
+        rows = max(len(s.tokens) for s in seqs)
+        n_a = sum(1 for s in seqs if s.twin == 0)
+        n_b = len(seqs) - n_a
+        if self.twins != "ab":
+            n_a, n_b = len(seqs), 0
+        up = lambda n, bs: next((b for b in bs if b >= n), n)  # noqa: E731
+        key_a = up(n_a, SEQ_BUCKETS) if n_a else 0
+        key_b = up(n_b, SEQ_BUCKETS) if n_b else 0
+        return key_a, key_a + key_b, up(rows, ROW_BUCKETS)
+
+    def _fill(self, b: _Bucket, seqs: Sequence[SeqRows], host: np.ndarray) -> list[int]:
+        """Write tokens/pos/slot of `seqs` into host [3, M]; return each sequence's first row."""
+        host[0].fill(0)
+        host[1].fill(-1)
+        host[2].fill(0)
+        order = sorted(range(len(seqs)), key=lambda i: (seqs[i].twin if self.twins == "ab" else 0))
+        first, next_a, next_b = [0] * len(seqs), 0, b.n_a
+        for i in order:
+            s = seqs[i]
+            if s.start + len(s.tokens) > self.max_ctx:
+                raise PtiError(f"sequence in slot {s.slot} would pass the context of {self.max_ctx} positions")
+            if self.twins == "ab" and s.twin == 1:
+                j, next_b = next_b, next_b + 1
+            else:
+                j, next_a = next_a, next_a + 1
+            r0 = j * b.rows
+            n = len(s.tokens)
+            host[0, r0:r0 + n] = s.tokens
+            host[1, r0:r0 + n] = np.arange(s.start, s.start + n)
+            host[2, r0:r0 + b.rows] = s.slot
+            first[i] = r0
+        return first
+
+    def _get_bucket(self, key: tuple[int, int, int]) -> _Bucket:
+        b = self.buckets.get(key)
+        if b is None:
+            n_a, n_seqs, rows = key
+            M = n_seqs * rows
+            b = _Bucket(n_a, n_seqs, rows, torch.zeros((3, M), dtype=torch.int32, device=self.device))
+            b.inp[1].fill_(-1)
+            pin = self.device.type == "cuda"
+            b.host_in = torch.zeros((3, M), dtype=torch.int32, pin_memory=pin)
+            b.host_out = torch.zeros(M, dtype=torch.int32, pin_memory=pin)
+            if self.graphs and rows <= ROW_BUCKETS[-1]:
+                self._capture(b)
+            self.buckets[key] = b
+        return b
+
+    def _run_bucket(self, b: _Bucket):
+        logits = self.forward(b.inp[0], b.inp[1], b.inp[2], b.n_seqs, b.rows, b.n_a * b.rows)
+        return logits, torch.argmax(logits, dim=-1).to(torch.int32)
+
+    def _capture(self, b: _Bucket) -> None:
+        """Warm up (padding rows only: nothing is written to the cache), then capture."""
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._run_bucket(b)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        b.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(b.graph):
+            b.logits, b.next_ids = self._run_bucket(b)
+
+    def run_pass(self, seqs: Sequence[SeqRows], want_logits: bool = False):
+        """One pass; returns per sequence the greedy next token of each of its rows
+        (and the float32 logits rows when asked).  One host-to-device copy in, one
+        small device-to-host copy out."""
+        if not seqs:
+            raise PtiError("a pass needs at least one sequence")
+        t0 = time.perf_counter()
+        b = self._get_bucket(self._bucket_key(seqs))
+        host = b.host_in.numpy()
+        first = self._fill(b, seqs, host)
+        b.inp.copy_(b.host_in, non_blocking=True)
+        t1 = time.perf_counter()
+        if b.graph is not None:
+            b.graph.replay()
+            logits, next_ids = b.logits, b.next_ids
+        else:
+            logits, next_ids = self._run_bucket(b)
+        b.host_out.copy_(next_ids, non_blocking=True)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        self.passes += 1
+        t2 = time.perf_counter()
+        ids = b.host_out.numpy()
+        out = [ids[f:f + len(s.tokens)].copy() for f, s in zip(first, seqs)]
+        self.host_s += (t1 - t0) + (time.perf_counter() - t2)
+        if want_logits:
+            lg = logits.float().cpu()
+            return out, [lg[f:f + len(s.tokens)].clone() for f, s in zip(first, seqs)]
+        return out
+
+    def prefill(self, seqs: Sequence[SeqRows], chunk_rows: int = 256) -> list[int]:
+        """Chunked prompt evaluation (eager); returns each sequence's first generated token."""
+        per_seq = max(1, chunk_rows // len(seqs))
+        last = [0] * len(seqs)
+        longest = max(len(s.tokens) for s in seqs)
+        for c in range(0, longest, per_seq):
+            part = [(i, SeqRows(s.slot, s.tokens[c:c + per_seq], s.start + c, s.twin))
+                    for i, s in enumerate(seqs) if c < len(s.tokens)]
+            ids = self.run_pass([p for _, p in part])
+            for (i, p), row in zip(part, ids):
+                if c + len(p.tokens) == len(seqs[i].tokens):
+                    last[i] = int(row[-1])
+        return last
+
+    def kv_bytes_read(self, contexts: Sequence[int]) -> int:
+        """Bytes of K and V a pass reads for sequences whose rows see `contexts` positions."""
+        sh = self.shape
+        per_pos = sh.n_layers * 2 * sh.n_kv_heads * sh.head_dim * torch.tensor([], dtype=self.kv_dtype).element_size()
+        return per_pos * sum(contexts)
