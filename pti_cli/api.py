@@ -60,9 +60,10 @@ def check_choices(twins: str = "a", backend: str = "auto") -> None:
 
 def engine_config(*, max_tokens: int = 256, spec: str = "lookup", draft: int = 8, seqs: int = 1,
                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-                  seed: int = 0, stops: Sequence[str] = ()) -> EngineConfig:
+                  seed: int = 0, stops: Sequence[str] = (), row_quantum: int = 1) -> EngineConfig:
     """A checked EngineConfig (PtiError on any bad value)."""
     return EngineConfig(max_tokens=max_tokens, spec=spec, draft=draft, seqs=seqs, stops=tuple(stops),
+                        row_quantum=row_quantum,
                         sampling=SamplingParams(temperature, top_k, top_p, min_p, seed)).check()
 
 
@@ -157,6 +158,8 @@ class Pti:
         return [Request(s, ids[s % len(ids)], twin_of(s, self.twins)) for s in range(n)]
 
     def engine(self, **opts) -> Engine:
+        # the CPU reference computes rows in tiles: drafts are trimmed to fill, not open, a tile
+        opts.setdefault("row_quantum", getattr(self.model.backend, "tile_rows", 1))
         return Engine(self._model_port, self._tok_port, engine_config(**opts))
 
     def generate(self, prompts: str | Sequence[str | Prompt], *, chat: bool | None = None,

@@ -43,6 +43,7 @@ class EngineConfig:
     seqs: int = 1               # sequences served at once
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stops: tuple[str, ...] = ()
+    row_quantum: int = 1        # the backend computes rows in tiles of this many: drafts fill tiles, never open one
 
     def check(self) -> "EngineConfig":
         if self.spec not in SPECS:
@@ -157,13 +158,12 @@ class Engine:
         while self.queue and len(self.active) < self.cfg.seqs:
             self.active.append(self._start(self.queue.popleft()))
         seqs = list(self.active)
-        batch, drafts, rows = [], [], []
+        drafts = self._fit_to_tiles(seqs, [self._draft(seq) for seq in seqs])
+        batch, rows = [], []
         offset = 0
-        for seq in seqs:
-            draft = self._draft(seq)
+        for seq, draft in zip(seqs, drafts):
             feed = seq.tokens[seq.kv.length:] + draft
             batch.append((seq.kv, seq.req.twin, feed))
-            drafts.append(draft)
             first = offset + len(feed) - len(draft) - 1   # row of the last known token
             rows.extend(range(first, offset + len(feed)))
             offset += len(feed)
@@ -184,6 +184,23 @@ class Engine:
             return []
         room = min(self.cfg.max_tokens - len(seq.out_ids) - 1, self.n_ctx - len(seq.tokens))
         return propose(seq.index, seq.sizer, room)
+
+    def _fit_to_tiles(self, seqs: list[Sequence], drafts: list[list[int]]) -> list[list[int]]:
+        """Trim drafts (longest first) so they only fill the last tile the pass needs anyway.
+
+        A draft never changes the output, so trimming one changes only speed; on a
+        backend that computes rows in tiles of q, a draft row that opens a new tile
+        costs a whole tile (a full read of the weights on the CPU reference)."""
+        q = self.cfg.row_quantum
+        if q <= 1 or not any(drafts):
+            return drafts
+        base = sum(len(seq.tokens) - seq.kv.length for seq in seqs)
+        room = -(-base // q) * q - base
+        lens = [len(d) for d in drafts]
+        while sum(lens) > room:
+            i = max(range(len(lens)), key=lambda j: lens[j])
+            lens[i] -= 1
+        return [d[:n] for d, n in zip(drafts, lens)]
 
     def _verify(self, seq: Sequence, rows: np.ndarray, draft: list[int]) -> None:
         seq.passes += 1

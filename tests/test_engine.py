@@ -138,3 +138,25 @@ def test_bad_config_and_prompts():
         eng.submit([Request(0, list(range(1, 11)))])
     with pytest.raises(PtiError, match="empty"):
         eng.submit([Request(0, [])])
+
+
+def test_drafts_trimmed_to_fill_tiles_stay_lossless():
+    ps = prompts(5, seed=11)
+    want = [toy_reference(p, 40, GREEDY, s) for s, p in enumerate(ps)]
+    for seqs in (1, 3):
+        model = ToyModel()
+        eng = Engine(model, ToyTokenizer(), EngineConfig(spec="lookup", draft=16, seqs=seqs, max_tokens=40,
+                                                         row_quantum=8))
+        eng.submit(Request(s, p) for s, p in enumerate(ps))
+        forward, passes = model.forward, []
+
+        def watched(batch):  # rows of the pass vs the rows it needed without drafts
+            base = sum(len(seq.tokens) - seq.kv.length for seq in eng.active)
+            passes.append((base, sum(len(t) for _, _, t in batch)))
+            return forward(batch)
+        model.forward = watched
+        res = eng.run()
+        assert [r.token_ids for r in res] == want
+        assert sum(r.accepted for r in res) > 0
+        assert all(rows <= -(-base // 8) * 8 for base, rows in passes), passes
+        assert any(rows > base for base, rows in passes)
