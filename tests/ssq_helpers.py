@@ -102,3 +102,40 @@ def gguf_tensor_f32(path: Path, name: str) -> np.ndarray:
     r = gguf.GGUFReader(path)
     t = next(t for t in r.tensors if t.name == name)
     return np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+
+
+def write_big_gguf(path: Path, rows: int, k: int, seed: int = 0) -> Path:
+    """A llama GGUF whose blk.0.ffn_up.weight is an F32 [rows, k] tensor (rows*k*4 bytes),
+    written without holding it in memory."""
+    rng = np.random.default_rng(seed)
+    hidden = k
+    small = {"token_embd.weight": rng.standard_normal((len(VOCAB), hidden)).astype(np.float32),
+             "blk.0.attn_norm.weight": np.ones(hidden, np.float32),
+             "output_norm.weight": np.ones(hidden, np.float32)}
+    w = gguf.GGUFWriter(path, "llama")
+    for key, val in (("block_count", 1), ("context_length", 256), ("embedding_length", hidden),
+                     ("feed_forward_length", rows), ("attention.head_count", 4), ("attention.head_count_kv", 4)):
+        w.add_uint32(f"llama.{key}", val)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_array("tokenizer.ggml.tokens", VOCAB)
+    for name, x in small.items():
+        w.add_tensor_info(name, x.shape, x.dtype, x.nbytes)
+    w.add_tensor_info("blk.0.ffn_up.weight", (rows, k), np.dtype(np.float32), rows * k * 4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    f = w.fout[0]
+    w.write_padding(f, f.tell())
+    for x in small.values():
+        f.write(x.tobytes())
+        w.write_padding(f, x.nbytes)
+    # the first 16 MiB random, the rest a sparse hole of zeros: a real 1 GiB tensor
+    # to every reader, without spending seconds writing it
+    end = f.tell() + rows * k * 4
+    chunk_rows = min(rows, max(1, (16 << 20) // (k * 4)))
+    f.write(rng.standard_normal((chunk_rows, k)).astype(np.float32).tobytes())
+    f.flush()
+    f.truncate(end)
+    w.close()
+    return Path(path)

@@ -58,3 +58,18 @@ def test_row_length_not_multiple_of_32_zero_padded():
     padded = np.zeros((5, 64), np.float32)
     padded[:, :40] = x
     assert np.array_equal(pack_q8(*quantize_q8_0(x)), _reference(padded))
+
+
+def test_rounding_at_every_tie_and_its_neighbours():
+    # every k + 0.5 in [-127.5, 127.5] and the float32 values just above and below:
+    # the places where a rounding shortcut would differ from C roundf
+    ties = np.arange(-127, 128, dtype=np.float32) + np.float32(0.5)
+    ties = ties[np.abs(ties) < 127]
+    vals = np.concatenate([ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)),
+                           np.array([0.49999997, -0.49999997, 0.0, -0.0], np.float32)])
+    vals = np.concatenate([vals, np.zeros(-len(vals) % 31, np.float32)])
+    # each block: 31 test values and 127, so the scale is exactly 1 and y = x
+    blocks = np.concatenate([vals.reshape(-1, 31), np.full((len(vals) // 31, 1), 127, np.float32)], axis=1)
+    assert np.array_equal(pack_q8(*quantize_q8_0(blocks)), _reference(blocks))
+    assert np.array_equal(quantize_q8_0(blocks)[0][:, :31].astype(np.float32),
+                          gguf.quants.np_roundf(blocks[:, :31]))
