@@ -1,0 +1,255 @@
+"""The kernels backend on NVIDIA GPUs: kernels/pti_kernel.hip through cuda-python.
+
+The source is compiled by NVRTC to a CUBIN for the device (compile.py, cached),
+loaded once into torch's CUDA context when the backend is made (so before any
+CUDA-graph capture), and launched with cuLaunchKernel on the stream torch is
+using at that moment, with torch tensors' device pointers: a pass made of these
+launches can be captured in a CUDA graph.
+
+Kernel choice depends only on M (the activation rows); every variant computes
+each output element in the same order (kernels/pti_kernel.hip, top comment),
+so results are batch-invariant.  More than 64 rows go in chunks of 64.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import PtiError
+from .base import Backend
+from .repack import Packed, repack_q8, repack_ssq16
+
+MAX_ROWS = 64          # rows per launch (8 tiles of 8)
+THREADS = 256
+TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
+
+# (twins, max rows) -> kernel suffix "t{twins}_r{row groups per CTA}_m{tiles}_u{unroll}"
+TC_VARIANTS = {
+    1: ((8, "t1_r1_m1_u8"), (16, "t1_r2_m2_u4"), (32, "t1_r2_m4_u2"), (64, "t1_r2_m8_u2")),
+    2: ((8, "t2_r1_m1_u4"), (16, "t2_r2_m2_u2"), (32, "t2_r2_m4_u1"), (64, "t2_r1_m8_u1")),
+}
+ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+@dataclass
+class KernelMatrix:
+    """One weight matrix in the kernels' layout: one Packed per loaded twin."""
+    packs: list[Packed]
+    plane: dict[int, int]          # twin id (0 = A, 1 = B) -> index into packs
+    rows: int
+    cols: int
+    identical: bool                # one model serves both twins
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, self.cols
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.packs)
+
+
+def variant_for(twins: int, m: int) -> str:
+    for limit, name in TC_VARIANTS[twins]:
+        if m <= limit:
+            return name
+    raise AssertionError(m)
+
+
+def split_variant(name: str) -> tuple[int, int]:
+    """'t1_r2_m4_u2' -> (row groups per CTA, row tiles)."""
+    parts = dict((p[0], int(p[1:])) for p in name.split("_"))
+    return parts["r"], parts["m"]
+
+
+class KernelBackend(Backend):
+    """What the CUDA and HIP backends share: loading, checks, chunking, launch arguments."""
+
+    kind = "?"
+
+    def __init__(self, device=None, act_dtype: torch.dtype = torch.bfloat16, generic: bool = False):
+        if not torch.cuda.is_available():
+            raise PtiError(f"the {self.kind} backend needs a GPU and none is visible to torch")
+        if act_dtype not in ACT_TAGS:
+            raise PtiError(f"the {self.kind} backend takes bf16 or f16 activations, not {act_dtype}")
+        self.device = torch.device(device or "cuda")
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.act_dtype = act_dtype
+        self.generic = generic
+        self.funcs: dict[str, object] = {}
+        self._load_module()
+
+    # -- loading weights ---------------------------------------------------
+    def load_matrix(self, ssq, name: str, twins: str) -> KernelMatrix:
+        """A matrix of an SSQFile, repacked on the device; only the twins asked for are kept."""
+        rows, cols = ssq.logical_shape(name)
+        ids = TWIN_IDS[twins]
+        if ssq.identical or ssq.mode != 16:
+            q, d = ssq.q8(name, 0)
+            pack = repack_q8(self._dev(q, torch.int8), self._dev(d, torch.float16), cols)
+            return KernelMatrix([pack], {0: 0, 1: 0}, rows, cols, True)
+        raw = self._dev(ssq.raw(name), torch.uint8)
+        packs = repack_ssq16(raw, cols, twins)
+        return KernelMatrix(packs, {t: i for i, t in enumerate(ids)}, rows, cols, False)
+
+    def weight_from_q8(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], cols: int | None = None) -> KernelMatrix:
+        """One or two (int8 [N, K or nb*32], float16 [N, nb]) Q8_0 matrices (twins A, B) on any
+        device; `cols` is the logical K when the int8 rows are padded to whole blocks."""
+        rows, cols = pairs[0][0].shape[0], cols or pairs[0][0].shape[1]
+        packs = []
+        for q, d in pairs:
+            q = q.to(self.device)
+            if q.shape[1] % 32:
+                q = torch.nn.functional.pad(q, (0, 32 - q.shape[1] % 32))
+            packs.append(repack_q8(q.contiguous(), d.to(self.device, torch.float16).contiguous(), cols))
+        plane = {0: 0, 1: 0} if len(packs) == 1 else {0: 0, 1: 1}
+        return KernelMatrix(packs, plane, rows, cols, len(packs) == 1)
+
+    def _dev(self, a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(a).view(np.dtype(str(dtype).split(".")[1])).copy())
+        return t.to(self.device)
+
+    # -- compute -------------------------------------------------------------
+    def matmul(self, x: torch.Tensor, w: KernelMatrix, twin: int, out_dtype: torch.dtype | None = None,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """y[M, N] = x @ W_twin^T; y has x's dtype unless out_dtype is float32 (or is `out`)."""
+        y = self._out(x, w, out_dtype, out)
+        if x.shape[0]:
+            self._run([w.packs[w.plane[twin]]], [x], [y])
+        return y
+
+    def matmul_twins(self, xa: torch.Tensor, xb: torch.Tensor, w: KernelMatrix,
+                     out_dtype: torch.dtype | None = None,
+                     outs: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Twin A's rows xa and twin B's rows xb in one read of both twins' weights."""
+        oa, ob = outs or (None, None)
+        if xb.shape[0] == 0 or xa.shape[0] == 0 or len(w.packs) == 1:
+            # one twin's rows only, or one model: per-twin calls read only what they need
+            # (for one model, concatenating the rows would save a read but break `outs`)
+            if len(w.packs) == 1 and xa.shape[0] and xb.shape[0] and outs is None:
+                y = self.matmul(torch.cat([xa, xb]), w, 0, out_dtype)   # one pass over the one model
+                return y[: xa.shape[0]], y[xa.shape[0]:]
+            return self.matmul(xa, w, 0, out_dtype, oa), self.matmul(xb, w, 1, out_dtype, ob)
+        ya, yb = self._out(xa, w, out_dtype, oa), self._out(xb, w, out_dtype, ob)
+        self._run([w.packs[w.plane[0]], w.packs[w.plane[1]]], [xa, xb], [ya, yb])
+        return ya, yb
+
+    def _out(self, x: torch.Tensor, w: KernelMatrix, out_dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[1] != w.cols:
+            raise PtiError(f"matmul: activations {tuple(x.shape)} do not match a {w.rows}x{w.cols} matrix")
+        if x.dtype != self.act_dtype or x.device != self.device:
+            raise PtiError(f"matmul: activations must be {self.act_dtype} on {self.device}, got {x.dtype} on {x.device}")
+        if out is not None:
+            if out.shape != (x.shape[0], w.rows) or not out.is_contiguous() or out.dtype not in (x.dtype, torch.float32):
+                raise PtiError(f"matmul: out must be a contiguous [{x.shape[0]}, {w.rows}] {x.dtype} or float32 tensor")
+            return out
+        if out_dtype not in (None, x.dtype, torch.float32):
+            raise PtiError(f"matmul: output dtype must be {x.dtype} or float32, not {out_dtype}")
+        return torch.empty(x.shape[0], w.rows, dtype=out_dtype or x.dtype, device=self.device)
+
+    def _run(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]) -> None:
+        if len({y.dtype for y in ys}) > 1:
+            raise PtiError("matmul_twins: both outputs must have one dtype")
+        xs = [x if x.stride(1) == 1 else x.contiguous() for x in xs]
+        if len({x.stride(0) for x in xs if x.shape[0] > 1}) > 1:   # the kernel takes one row stride
+            xs = [x.contiguous() for x in xs]
+        total = max(x.shape[0] for x in xs)
+        for m0 in range(0, total, MAX_ROWS):   # same per-row math in every chunk
+            xc = [x[m0:m0 + MAX_ROWS] for x in xs]
+            yc = [y[m0:m0 + MAX_ROWS] for y in ys]
+            self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
+                                                          ys[0].dtype))
+
+    def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None) -> str:
+        tag = ACT_TAGS[act] + ("_f32" if out == torch.float32 else "_out")
+        if self.generic:
+            return f"pti_mmg_{tag}_t{twins}"
+        return f"pti_mm_{tag}_{variant or variant_for(twins, m)}"
+
+    def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]):
+        """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin."""
+        p0 = packs[0]
+        g, nb = p0.q.shape[:2]
+        rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])[0]
+        ms = [x.shape[0] for x in xs] + [0]
+        ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
+        vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
+        def ptr(t):
+            return t.data_ptr() if t is not None else 0
+        pb = packs[1] if len(packs) > 1 else None
+        vals = (ptr(p0.q), ptr(p0.s), ptr(pb.q if pb else None), ptr(pb.s if pb else None),
+                ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
+                ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows, vec_ok)
+        types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
+        return g // rg, vals, types
+
+    # -- per platform ----------------------------------------------------------
+    def _load_module(self) -> None:
+        raise NotImplementedError
+
+    def launch(self, packs, xs, ys, name: str) -> None:
+        raise NotImplementedError
+
+
+def _cu(result, what: str):
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise PtiError(f"CUDA: {what} failed: {err}")
+    return rest[0] if len(rest) == 1 else (rest or None)
+
+
+class CudaBackend(KernelBackend):
+    name = "cuda"
+    kind = "cuda"
+
+    def _load_module(self) -> None:
+        try:
+            from cuda.bindings import driver
+        except ImportError:
+            raise PtiError("the cuda backend needs cuda-python: pip install 'cuda-bindings>=13.0' "
+                           "'nvidia-cuda-nvrtc>=13.0'") from None
+        from .compile import cached_binary
+
+        self._drv = driver
+        major, minor = torch.cuda.get_device_capability(self.device)
+        self.arch = f"sm_{major}{minor}"
+        if major < 8 and not self.generic:
+            self.generic = True      # no bf16 MMA before sm_80: the portable kernel
+        torch.cuda.init()
+        with torch.cuda.device(self.device):
+            torch.empty(1, device=self.device)   # torch's primary context is current from here on
+            _cu(driver.cuInit(0), "cuInit")
+            self.compiled = cached_binary("cuda", self.arch)
+            self.module = _cu(driver.cuModuleLoadData(self.compiled.binary), "cuModuleLoadData")
+            names = ["pti_stream_read"] + [self.kernel_name(t, m, a, o) for t in (1, 2) for m in (1, 9, 17, 33)
+                                           for a in ACT_TAGS for o in (a, torch.float32)]
+            if not self.generic:
+                names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
+                          for vs in TC_VARIANTS.values() for _, v in vs] + \
+                         [f"pti_mm_{ACT_TAGS[a]}_{o}_t1_r2_m1_u4" for a in ACT_TAGS for o in ("f32", "out")] + \
+                         [f"pti_mm_{ACT_TAGS[a]}_{o}_t2_r2_m1_u2" for a in ACT_TAGS for o in ("f32", "out")]
+            for n in set(names):
+                self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
+
+    def launch(self, packs, xs, ys, name: str) -> None:
+        grid, vals, types = self.launch_args(name, packs, xs, ys)
+        stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
+        _cu(self._drv.cuLaunchKernel(self.funcs[name], grid, 1, 1, THREADS, 1, 1, 0, stream, (vals, types), 0),
+            f"launch {name}")
+
+    def stream_read(self, buf: torch.Tensor, blocks: int) -> torch.Tensor:
+        """Launch the streaming-read kernel over `buf` (the benchmark's denominator)."""
+        out = torch.empty(blocks * THREADS, dtype=torch.int32, device=self.device)
+        n16 = buf.numel() * buf.element_size() // 16
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        _cu(self._drv.cuLaunchKernel(self.funcs["pti_stream_read"], blocks, 1, 1, THREADS, 1, 1, 0, stream,
+                                     ((buf.data_ptr(), n16, out.data_ptr()),
+                                      (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p)), 0),
+            "launch pti_stream_read")
+        return out

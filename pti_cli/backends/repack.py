@@ -1,0 +1,117 @@
+"""Load-time repack of Q8_0 rows and SSQ16 blocks into the kernels' layout.
+
+The file keeps its format (34-byte Q8_0 blocks, 68-byte SSQ16 blocks, neither
+16-byte aligned).  In memory each twin becomes two arrays (docs/ssq-format.md,
+"In-memory layout for the kernels"):
+
+  q  int8  [G, nb, 32, 16]  G = row groups of 16 rows (rows padded to a multiple
+                            of 32 with zeros); for group r, block b, lane 4g+t:
+                            bytes 0-7 = row 16r+g, columns 32b+8t .. 32b+8t+7,
+                            bytes 8-15 = row 16r+g+8, the same columns
+  s  int32 [G, nb, 8]       f16 scale of row 16r+g (low half) and 16r+g+8 (high)
+
+A warp's 16-byte loads of one (group, block) are 512 contiguous bytes and are
+the MMA operands as they are.  All functions work on torch tensors, on the CPU
+or on the device, with no Python loop over blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import PtiError
+
+ROW_ALIGN = 32        # rows padded so that kernels may take 2 row groups per CTA
+SSQ16_BLOCK = 68
+Q8_BLOCK = 34
+
+
+@dataclass
+class Packed:
+    """One twin's matrix in the kernels' layout."""
+    q: torch.Tensor   # int8 [G, nb, 32, 16]
+    s: torch.Tensor   # int32 [G, nb, 8]
+    rows: int         # N, logical
+    cols: int         # K, logical
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a pass reads for this twin (padding rows included)."""
+        return self.q.numel() + self.s.numel() * 4
+
+
+def _padded_rows(n: int) -> int:
+    return -(-n // ROW_ALIGN) * ROW_ALIGN
+
+
+def repack_q8(qs: torch.Tensor, d: torch.Tensor, cols: int) -> Packed:
+    """int8 [N, nb*32] and float16 [N, nb] (Q8_0 rows, as `SSQFile.q8`) -> Packed."""
+    if qs.dtype != torch.int8 or d.dtype != torch.float16 or qs.dim() != 2 or d.dim() != 2:
+        raise PtiError("repack: expected int8 [rows, nb*32] weights and float16 [rows, nb] scales")
+    n, kp = qs.shape
+    nb = kp // 32
+    if kp != nb * 32 or d.shape != (n, nb) or not (nb - 1) * 32 < cols <= nb * 32:
+        raise PtiError(f"repack: shapes {tuple(qs.shape)} / {tuple(d.shape)} do not fit {cols} columns")
+    npad = _padded_rows(n)
+    if npad != n:
+        qs = torch.cat([qs, qs.new_zeros(npad - n, kp)])
+        d = torch.cat([d, d.new_zeros(npad - n, nb)])
+    g = npad // 16
+    # [G, h, g, nb, t, kk] -> [G, nb, g, t, h, kk]: lane = 4g + t, byte = 8h + kk
+    q = qs.reshape(g, 2, 8, nb, 4, 8).permute(0, 3, 2, 4, 1, 5).reshape(g, nb, 32, 16).contiguous()
+    # [G, h, g, nb] -> [G, nb, g, h]: one int32 word per g, row g in the low half
+    s = d.reshape(g, 2, 8, nb).permute(0, 3, 2, 1).contiguous().view(torch.int16).view(torch.int32)
+    return Packed(q, s.reshape(g, nb, 8), n, cols)
+
+
+def unpack_q8(p: Packed) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed -> (int8 [N, nb*32], float16 [N, nb]): the inverse of repack_q8."""
+    g, nb = p.q.shape[:2]
+    qs = p.q.reshape(g, nb, 8, 4, 2, 8).permute(0, 4, 2, 1, 3, 5).reshape(g * 16, nb * 32)
+    d = p.s.contiguous().view(torch.int16).view(torch.float16).reshape(g, nb, 8, 2).permute(0, 3, 2, 1)
+    return qs[: p.rows].contiguous(), d.reshape(g * 16, nb)[: p.rows].contiguous()
+
+
+def split_ssq16(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """uint8 [N, nb*68] SSQ16 blocks -> (qa int8, da f16, qb int8, db f16), Q8_0 rows per twin.
+
+    Block: bytes 0-1 scale A, 2-3 scale B, then 32 uint16 words, little-endian,
+    high byte twin A, low byte twin B (byte 4+2i = B's int8, 5+2i = A's)."""
+    if raw.dtype != torch.uint8 or raw.dim() != 2 or raw.shape[1] % SSQ16_BLOCK:
+        raise PtiError(f"repack: SSQ16 rows must be uint8 [rows, nb*68], got {raw.dtype} {tuple(raw.shape)}")
+    n = raw.shape[0]
+    nb = raw.shape[1] // SSQ16_BLOCK
+    blocks = raw.reshape(n, nb, SSQ16_BLOCK)
+    scales = blocks[:, :, :4].contiguous().view(torch.float16)          # [N, nb, 2]: A, B
+    words = blocks[:, :, 4:].reshape(n, nb, 32, 2)                       # [.., i, (B, A)]
+    qa = words[..., 1].reshape(n, nb * 32).contiguous().view(torch.int8)
+    qb = words[..., 0].reshape(n, nb * 32).contiguous().view(torch.int8)
+    return qa, scales[..., 0].contiguous(), qb, scales[..., 1].contiguous()
+
+
+def join_ssq16(qa: torch.Tensor, da: torch.Tensor, qb: torch.Tensor, db: torch.Tensor) -> torch.Tensor:
+    """The inverse of split_ssq16 (tests and tools)."""
+    n, kp = qa.shape
+    nb = kp // 32
+    words = torch.stack([qb.view(torch.uint8), qa.view(torch.uint8)], dim=-1).reshape(n, nb, 64)
+    scales = torch.stack([da, db], dim=-1).contiguous().view(torch.uint8).reshape(n, nb, 4)
+    return torch.cat([scales, words], dim=2).reshape(n, nb * SSQ16_BLOCK)
+
+
+def repack_ssq16(raw: torch.Tensor, cols: int, twins: str = "ab") -> list[Packed]:
+    """SSQ16 rows -> one Packed per requested twin ('a', 'b' or 'ab')."""
+    qa, da, qb, db = split_ssq16(raw)
+    out = []
+    if "a" in twins:
+        out.append(repack_q8(qa, da, cols))
+    if "b" in twins:
+        out.append(repack_q8(qb, db, cols))
+    return out
+
+
+def from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A read-only memmap slice to a tensor without a warning (copies once)."""
+    return torch.from_numpy(np.ascontiguousarray(a).copy())

@@ -1,0 +1,152 @@
+"""`pti bench --kernels`: the matmul kernels against the card's read bandwidth.
+
+denominator = the larger of the streaming-read kernel's and torch's sum's
+bandwidth over 8 GiB, measured in the same run.  Per call we count only the
+bytes it must move: the weights (int8 + f16 scales, each twin), the
+activations read and the outputs written.  Each matrix exists in enough random
+copies that the copies together exceed 256 MB (over twice the H200's 60 MB L2),
+and the timed CUDA graph cycles through them, so the numbers are DRAM's, not
+the cache's.  Times are per call: a graph of R launches, replayed, median of
+replays, divided by R.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import PtiError
+
+SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
+MS = (1, 2, 4, 8, 16, 32, 64)
+WORKING_SET = 256 << 20
+
+
+@dataclass
+class Row:
+    kind: str          # q8 | ssq16 (both twins, M rows each)
+    n: int
+    k: int
+    m: int
+    kernel: str
+    us: float          # per call
+    gbs: float         # counted bytes / time
+    pct: float         # of the denominator
+    vs_m1: float       # time / time at M = 1 (same shape, kind and variant policy)
+
+
+def _time_graph(fn, reps: int = 15) -> float:
+    """Median seconds of one replay of a graph capturing fn()."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(3):
+        g.replay()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return statistics.median(times)
+
+
+def read_bandwidth(backend, nbytes: int = 8 << 30) -> dict:
+    buf = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=backend.device).uniform_(-1, 1)
+    sms = torch.cuda.get_device_properties(backend.device).multi_processor_count
+    out = {"bytes": nbytes}
+    out["torch_sum"] = nbytes / _time_graph(lambda: buf.sum(dtype=torch.float32), 5)
+    out["stream_kernel"] = nbytes / _time_graph(lambda: backend.stream_read(buf, sms * 8), 5)
+    out["denominator"] = max(out["torch_sum"], out["stream_kernel"])
+    del buf
+    torch.cuda.empty_cache()
+    return out
+
+
+def random_packs(backend, n: int, k: int, copies: int):
+    """`copies` random matrices directly in the kernels' layout (random bytes are valid Q8 data)."""
+    from .backends.repack import Packed, _padded_rows
+    g, nb = _padded_rows(n) // 16, -(-k // 32)
+    out = []
+    for _ in range(copies):
+        q = torch.randint(-127, 128, (g, nb, 32, 16), dtype=torch.int8, device=backend.device)
+        d = (torch.rand(g, nb, 8, 2, device=backend.device) * 1e-3 + 1e-4).half()
+        out.append(Packed(q, d.view(torch.int32).reshape(g, nb, 8), n, k))
+    return out
+
+
+def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: str | None = None) -> list[Row]:
+    twins = 2 if kind == "ssq16" else 1
+    one = random_packs(backend, n, k, 1)[0]
+    copies = max(2, math.ceil(WORKING_SET / (one.nbytes * twins)))
+    packs = [one] + random_packs(backend, n, k, copies * twins - 1)
+    sets = [packs[i * twins:(i + 1) * twins] for i in range(copies)]
+    reps = max(20, 2 * copies)
+    rows, t1 = [], None
+    for m in ms:
+        xs = [torch.randn(m, k, device=backend.device).to(backend.act_dtype) for _ in range(twins)]
+        ys = [torch.empty(m, n, device=backend.device, dtype=backend.act_dtype) for _ in range(twins)]
+        name = backend.kernel_name(twins, m, backend.act_dtype, backend.act_dtype, variant)
+        if name not in backend.funcs:
+            raise PtiError(f"no kernel {name}")
+
+        def calls():
+            for i in range(reps):
+                backend.launch(sets[i % copies], xs, ys, name)
+
+        t = _time_graph(calls) / reps
+        nbytes = twins * (one.nbytes + 2 * m * k + 2 * m * n)
+        t1 = t if m == ms[0] else t1
+        rows.append(Row(kind, n, k, m, name.split("_", 4)[4], t * 1e6, nbytes / t / 1e9, 100 * nbytes / t / denom,
+                        t / t1))
+    del sets, packs
+    torch.cuda.empty_cache()
+    return rows
+
+
+def bench_kernels(shapes=SHAPES, ms=MS, kinds=("q8", "ssq16"), variants=(None,)) -> dict:
+    from .backends.cuda import CudaBackend
+    backend = CudaBackend()
+    bw = read_bandwidth(backend)
+    rows = []
+    for n, k in shapes:
+        for kind in kinds:
+            for v in variants:
+                if v is not None and not v.startswith("t2" if kind == "ssq16" else "t1"):
+                    continue
+                rows += bench_shape(backend, kind, n, k, ms, bw["denominator"], v)
+    return {"device": torch.cuda.get_device_name(backend.device), "arch": backend.arch,
+            "compiler": backend.compiled.compiler, "bandwidth": bw, "rows": [asdict(r) for r in rows]}
+
+
+def print_table(res: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    bw = res["bandwidth"]
+    con = Console()
+    con.print(f"{res['device']} ({res['arch']}, {res['compiler']}): read bandwidth torch sum "
+              f"{bw['torch_sum'] / 1e9:.0f} GB/s, stream kernel {bw['stream_kernel'] / 1e9:.0f} GB/s; "
+              f"denominator {bw['denominator'] / 1e9:.0f} GB/s")
+    t = Table("kind", "N x K", "M", "kernel", "us", "GB/s", "% of bw", "t/t(M=1)")
+    for r in res["rows"]:
+        t.add_row(r["kind"], f"{r['n']}x{r['k']}", str(r["m"]), r["kernel"], f"{r['us']:.1f}",
+                  f"{r['gbs']:.0f}", f"{r['pct']:.1f}", f"{r['vs_m1']:.2f}")
+    con.print(t)
+
+
+def bench_kernels_cli(json_out: Path | None = None, variants: str | None = None) -> None:
+    if not torch.cuda.is_available():
+        raise PtiError("pti bench --kernels needs an NVIDIA GPU and none is visible to torch")
+    res = bench_kernels(variants=tuple(variants.split(",")) if variants else (None,))
+    print_table(res)
+    if json_out is not None:
+        json_out.write_text(json.dumps(res, indent=1))

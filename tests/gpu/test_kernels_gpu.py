@@ -1,0 +1,217 @@
+"""The twin matmul kernels on a GPU: accuracy against an fp64 reference, exact
+integer cases, odd shapes, batch invariance bit for bit, CUDA-graph replay.
+
+Every check draws fresh random data and poisons its outputs with NaN first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pti_cli.backends.repack import join_ssq16
+
+pytestmark = pytest.mark.gpu
+
+GEN = torch.Generator(device="cpu")
+GEN.manual_seed(20261129)
+
+
+def rand_q8(n: int, k: int, small: bool = False):
+    """Q8_0 rows: int8 [n, nb*32] (zero past k, as a packer pads) and f16 scales [n, nb]."""
+    nb = -(-k // 32)
+    if small:
+        q = torch.randint(-3, 4, (n, nb * 32), generator=GEN, dtype=torch.int8)
+        d = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float16)[torch.randint(0, 3, (n, nb), generator=GEN)]
+    else:
+        q = torch.randint(-127, 128, (n, nb * 32), generator=GEN, dtype=torch.int8)
+        d = (torch.rand(n, nb, generator=GEN) * 2e-3 + 1e-4).half() * torch.where(
+            torch.rand(n, nb, generator=GEN) < 0.5, -1, 1).half()
+    q[:, k:] = 0
+    return q, d
+
+
+def dense64(q, d, k):
+    return (q.double() * d.double().repeat_interleave(32, dim=1))[:, :k]
+
+
+def rand_x(m, k, dtype, small=False, device="cuda"):
+    if small:
+        return torch.randint(-4, 5, (m, k), generator=GEN).to(dtype).to(device)
+    return torch.randn(m, k, generator=GEN).to(dtype).to(device)
+
+
+def poisoned(m, n, dtype):
+    return torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+
+
+def load(backend, mats, k):
+    """A KernelMatrix from one (Q8) or two (SSQ16, through the 68-byte blocks) twins."""
+    if len(mats) == 1:
+        return backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in mats], k)
+    (qa, da), (qb, db) = mats
+    from pti_cli.backends.cuda import KernelMatrix
+    from pti_cli.backends.repack import repack_ssq16
+    raw = join_ssq16(qa, da, qb, db).cuda()
+    return KernelMatrix(repack_ssq16(raw, k), {0: 0, 1: 1}, qa.shape[0], k, False)
+
+
+def check_close(y, x, q, d, k):
+    ref = x.double().cpu() @ dense64(q, d, k).T
+    y = y.double().cpu()
+    assert not torch.isnan(y).any(), "NaN in output (element not written?)"
+    err = (y - ref).abs().max(dim=1).values
+    bound = 1e-5 * ref.norm(dim=1) + 1e-30
+    assert (err <= bound).all(), f"max error / row norm = {(err / bound * 1e-5).max().item():.3g}"
+
+
+SHAPES = [(16, 32), (48, 4096), (37, 100), (300, 1000), (130, 4104), (1000, 2048)]
+MS = [1, 2, 3, 7, 8, 9, 16, 17, 31, 33, 64, 65, 130]
+
+
+@pytest.mark.parametrize("act", ["bf16", "f16"])
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_q8_accuracy(request, act, n, k):
+    be = request.getfixturevalue("backend" if act == "bf16" else "backend_f16")
+    for m in MS:
+        q, d = rand_q8(n, k)
+        w = be.weight_from_q8([(q.cuda(), d.cuda())], k)
+        x = rand_x(m, k, be.act_dtype)
+        y = be.matmul(x, w, 0, out=poisoned(m, n, torch.float32))
+        check_close(y, x, q, d, k)
+
+
+@pytest.mark.parametrize("act", ["bf16", "f16"])
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_ssq16_twins_accuracy(request, act, n, k):
+    be = request.getfixturevalue("backend" if act == "bf16" else "backend_f16")
+    for ma, mb in [(1, 1), (1, 0), (0, 3), (2, 5), (8, 8), (9, 16), (17, 1), (33, 64), (64, 64), (70, 3)]:
+        mats = [rand_q8(n, k), rand_q8(n, k)]
+        w = load(be, mats, k)
+        xa, xb = rand_x(ma, k, be.act_dtype), rand_x(mb, k, be.act_dtype)
+        ya, yb = be.matmul_twins(xa, xb, w, outs=(poisoned(ma, n, torch.float32), poisoned(mb, n, torch.float32)))
+        check_close(ya, xa, *mats[0], k)
+        check_close(yb, xb, *mats[1], k)
+        # one twin alone through matmul() reads the same plane
+        y1 = be.matmul(xb, w, 1, out=poisoned(mb, n, torch.float32))
+        check_close(y1, xb, *mats[1], k)
+
+
+@pytest.mark.parametrize("n,k", [(37, 100), (300, 1000), (64, 4096)])
+def test_generic_kernel_accuracy(backend_generic, n, k):
+    for m in [1, 5, 17, 64, 70]:
+        mats = [rand_q8(n, k), rand_q8(n, k)]
+        w = load(backend_generic, mats, k)
+        xa, xb = rand_x(m, k, torch.bfloat16), rand_x(m + 1, k, torch.bfloat16)
+        ya, yb = backend_generic.matmul_twins(xa, xb, w, outs=(poisoned(m, n, torch.float32),
+                                                              poisoned(m + 1, n, torch.float32)))
+        check_close(ya, xa, *mats[0], k)
+        check_close(yb, xb, *mats[1], k)
+
+
+@pytest.mark.parametrize("act", ["bf16", "f16"])
+@pytest.mark.parametrize("n,k,m", [(48, 256, 5), (100, 1000, 64), (33, 4096, 17), (512, 96, 130)])
+def test_integer_cases_exact(request, act, n, k, m):
+    be = request.getfixturevalue("backend" if act == "bf16" else "backend_f16")
+    mats = [rand_q8(n, k, small=True), rand_q8(n, k, small=True)]
+    w = load(be, mats, k)
+    xa, xb = rand_x(m, k, be.act_dtype, small=True), rand_x(m, k, be.act_dtype, small=True)
+    ya, yb = be.matmul_twins(xa, xb, w, outs=(poisoned(m, n, torch.float32), poisoned(m, n, torch.float32)))
+    for y, x, (q, d) in [(ya, xa, mats[0]), (yb, xb, mats[1])]:
+        ref = x.double().cpu() @ dense64(q, d, k).T   # small integers times powers of two: exact
+        assert torch.equal(y.double().cpu(), ref)
+
+
+def test_low_precision_output_is_rounded_f32(backend):
+    n, k, m = 300, 1000, 19
+    q, d = rand_q8(n, k)
+    w = backend.weight_from_q8([(q.cuda(), d.cuda())], k)
+    x = rand_x(m, k, torch.bfloat16)
+    y32 = backend.matmul(x, w, 0, out=poisoned(m, n, torch.float32))
+    y16 = backend.matmul(x, w, 0, out=poisoned(m, n, torch.bfloat16))
+    assert torch.equal(y16, y32.to(torch.bfloat16))
+    assert backend.matmul(x, w, 0).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("twins", [1, 2])
+@pytest.mark.parametrize("n,k", [(300, 1000), (512, 4096)])
+def test_batch_invariance_bitwise(backend, twins, n, k):
+    """A row's bits alone equal its bits inside M = 2..64 rows at every position (and in 130)."""
+    mats = [rand_q8(n, k) for _ in range(twins)]
+    w = load(backend, mats, k)
+    for out_dtype in (torch.float32, torch.bfloat16):
+        row = rand_x(1, k, torch.bfloat16)
+        other = rand_x(1, k, torch.bfloat16)
+        for tw in range(twins):
+            alone = backend.matmul(row, w, tw, out=poisoned(1, n, out_dtype))
+            got = []
+            for m in list(range(2, 65)) + [130]:
+                positions = range(m) if m <= 64 else (0, 63, 64, 100, 129)
+                for p in positions:
+                    x = rand_x(m, k, torch.bfloat16)
+                    x[p] = row[0]
+                    if twins == 1:
+                        got.append(backend.matmul(x, w, tw, out=poisoned(m, n, out_dtype))[p])
+                    else:   # the row on its twin, the other twin busy with another M
+                        xo = rand_x((m * 7) % 23, k, torch.bfloat16)
+                        xs = (x, xo) if tw == 0 else (xo, x)
+                        ys = backend.matmul_twins(*xs, w, outs=(poisoned(xs[0].shape[0], n, out_dtype),
+                                                                poisoned(xs[1].shape[0], n, out_dtype)))
+                        got.append(ys[tw][p])
+            got = torch.stack(got)
+            same = (got.view(torch.int16 if out_dtype == torch.bfloat16 else torch.int32)
+                    == alone.view(torch.int16 if out_dtype == torch.bfloat16 else torch.int32)).all(dim=1)
+            assert same.all(), f"{(~same).sum().item()} of {len(same)} placements differ from the row alone"
+        del other
+
+
+def test_cuda_graph_replay(backend):
+    n, k = 300, 1000
+    mats = [rand_q8(n, k), rand_q8(n, k)]
+    w2 = load(backend, mats, k)
+    w1 = backend.weight_from_q8([(mats[0][0].cuda(), mats[0][1].cuda())], k)
+    xa, xb, x1 = (rand_x(m, k, torch.bfloat16) for m in (3, 5, 9))
+    backend.matmul_twins(xa, xb, w2)   # warm-up outside capture (allocator, nothing else)
+    backend.matmul(x1, w1, 0)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ya, yb = backend.matmul_twins(xa, xb, w2)
+        y1 = backend.matmul(x1, w1, 0, out_dtype=torch.float32)
+    for _ in range(3):
+        for t in (xa, xb, x1):
+            t.copy_(rand_x(t.shape[0], k, torch.bfloat16))
+        for y in (ya, yb, y1):
+            y.fill_(float("nan"))
+        g.replay()
+        ea, eb = backend.matmul_twins(xa, xb, w2)
+        assert torch.equal(ya, ea) and torch.equal(yb, eb)
+        assert torch.equal(y1, backend.matmul(x1, w1, 0, out_dtype=torch.float32))
+        check_close(y1, x1, *mats[0], k)
+
+
+def test_load_matrix_from_ssq_file(backend, tmp_path):
+    """An SSQ16 file packed by `pti pack`: the kernels give its dequantised matrices' products."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from ssq_helpers import tiny_llama
+    from pti_cli.pack import pack
+    from pti_cli.ssq.read import SSQFile
+
+    a, b, out = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "t.ssq"
+    tiny_llama(a, seed=1)
+    tiny_llama(b, seed=2)
+    pack(a, b, out)
+    ssq = SSQFile(out)
+    for name in [t for t in ssq.tensor_names if ssq.is_matrix(t)][:6]:
+        n, k = ssq.logical_shape(name)
+        for twins in ("a", "b", "ab"):
+            w = backend.load_matrix(ssq, name, twins)
+            assert len(w.packs) == len(twins)
+            for tw in (0, 1):
+                if "ab"[tw] not in twins:
+                    continue
+                x = rand_x(5, k, torch.bfloat16)
+                y = backend.matmul(x, w, tw, out=poisoned(5, n, torch.float32))
+                ref = x.double().cpu() @ torch.from_numpy(ssq.dense(name, tw)).double().T
+                err = (y.double().cpu() - ref).abs().max(dim=1).values
+                assert (err <= 1e-5 * ref.norm(dim=1)).all()

@@ -1,0 +1,113 @@
+"""CPU checks of the kernels' toolchain: NVRTC compiles the source (no GPU
+needed) with no local memory, the binary cache works, and the load-time
+repack is lossless and lays bytes out as docs/ssq-format.md says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pti_cli.backends.repack import join_ssq16, repack_q8, repack_ssq16, split_ssq16, unpack_q8
+
+
+def test_nvrtc_compiles_and_caches(tmp_path, monkeypatch):
+    from pti_cli.backends.compile import cached_binary
+
+    monkeypatch.setenv("PTI_CACHE_DIR", str(tmp_path))
+    first = cached_binary("cuda", "sm_90")
+    assert not first.cached and first.binary[:4] == b"\x7fELF"      # a CUBIN, not PTX
+    res = first.resources
+    assert "pti_mm_bf16_f32_t1_r1_m1_u8" in res and "pti_mmg_f16_out_t2" in res and "pti_stream_read" in res
+    for name, r in res.items():
+        assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, name
+    again = cached_binary("cuda", "sm_90")
+    assert again.cached and again.binary == first.binary
+    assert len(list((tmp_path / "kernels").iterdir())) == 1
+
+
+def test_nvrtc_reports_compile_errors():
+    from pti_cli.backends.compile import compile_nvrtc
+    from pti_cli.errors import PtiError
+
+    with pytest.raises(PtiError, match="could not compile"):
+        compile_nvrtc('extern "C" __global__ void k() { undefined_thing(); }', "sm_80")
+
+
+def _rand_q8(rng, n, nb):
+    q = torch.from_numpy(rng.integers(-128, 128, (n, nb * 32), dtype=np.int8))
+    d = torch.from_numpy(rng.standard_normal((n, nb)).astype(np.float16))
+    return q, d
+
+
+@pytest.mark.parametrize("n,k", [(1, 32), (37, 100), (64, 4096), (33, 8)])
+def test_repack_layout_is_the_documented_one(n, k):
+    rng = np.random.default_rng(n * 1000 + k)
+    nb = -(-k // 32)
+    q, d = _rand_q8(rng, n, nb)
+    p = repack_q8(q, d, k)
+    G = p.q.shape[0]
+    assert G * 16 % 32 == 0 and G * 16 >= n and p.q.shape == (G, nb, 32, 16) and p.s.shape == (G, nb, 8)
+    # independent index arithmetic: group r, block b, lane 4g+t, byte 8h+kk
+    r, b, lane, byte = np.meshgrid(np.arange(G), np.arange(nb), np.arange(32), np.arange(16), indexing="ij")
+    rows = 16 * r + lane // 4 + 8 * (byte // 8)
+    cols = 32 * b + 8 * (lane % 4) + byte % 8
+    qpad = np.zeros((G * 16, nb * 32), np.int8)
+    qpad[:n] = q.numpy()
+    assert np.array_equal(p.q.numpy(), qpad[rows, cols])
+    dpad = np.zeros((G * 16, nb), np.float16)
+    dpad[:n] = d.numpy()
+    words = p.s.numpy().view(np.uint32)
+    r, b, g = np.meshgrid(np.arange(G), np.arange(nb), np.arange(8), indexing="ij")
+    lo = (words & 0xFFFF).astype(np.uint16).view(np.float16)
+    hi = (words >> 16).astype(np.uint16).view(np.float16)
+    assert np.array_equal(lo.view(np.uint16), dpad[16 * r + g, b].view(np.uint16))
+    assert np.array_equal(hi.view(np.uint16), dpad[16 * r + g + 8, b].view(np.uint16))
+    q2, d2 = unpack_q8(p)
+    assert torch.equal(q2, q) and torch.equal(d2.view(torch.int16), d.view(torch.int16))
+
+
+def test_split_ssq16_reads_the_block_as_specified():
+    """One hand-built 68-byte block: scales A, B, then (B, A) byte pairs."""
+    qa = np.arange(-16, 16, dtype=np.int8)
+    qb = np.arange(100, 68, -1, dtype=np.int64).astype(np.int8)
+    da, db = np.float16(0.5), np.float16(-3.0)
+    block = da.tobytes() + db.tobytes() + b"".join(bytes([int(b) & 0xFF, int(a) & 0xFF]) for a, b in zip(qa, qb))
+    raw = torch.frombuffer(bytearray(block), dtype=torch.uint8).reshape(1, 68)
+    a, sa, b, sb = split_ssq16(raw)
+    assert np.array_equal(a.numpy()[0], qa) and np.array_equal(b.numpy()[0], qb)
+    assert sa.item() == 0.5 and sb.item() == -3.0
+    assert torch.equal(join_ssq16(a, sa, b, sb), raw)
+
+
+def test_repack_round_trips_ssq_files(tmp_path):
+    """Both twins of a packed SSQ16 file, and a Q8 (identical) file, bit for bit vs SSQFile.q8."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ssq_helpers import tiny_llama
+    from pti_cli.pack import pack
+    from pti_cli.ssq.read import SSQFile
+
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    tiny_llama(a, seed=3)
+    tiny_llama(b, seed=4)
+    pack(a, b, tmp_path / "ab.ssq")
+    pack(a, None, tmp_path / "a.ssq")
+    twin, one = SSQFile(tmp_path / "ab.ssq"), SSQFile(tmp_path / "a.ssq")
+    assert twin.mode == 16 and one.identical
+    mats = [t for t in twin.tensor_names if twin.is_matrix(t)]
+    assert len(mats) >= 5
+    for name in mats:
+        k = twin.logical_shape(name)[1]
+        raw = torch.from_numpy(np.array(twin.raw(name)))
+        packs = repack_ssq16(raw, k, "ab")
+        for tw, p in enumerate(packs):
+            q, d = unpack_q8(p)
+            rq, rd = twin.q8(name, tw)
+            assert np.array_equal(q.numpy(), rq) and np.array_equal(d.numpy().view(np.uint16), rd.view(np.uint16))
+        (pb,) = repack_ssq16(raw, k, "b")
+        assert torch.equal(pb.q, packs[1].q) and torch.equal(pb.s, packs[1].s)
+        rq, rd = one.q8(name, 0)
+        q, d = unpack_q8(repack_q8(torch.from_numpy(np.array(rq)), torch.from_numpy(np.array(rd)), k))
+        assert np.array_equal(q.numpy(), rq) and np.array_equal(d.numpy().view(np.uint16), rd.view(np.uint16))
