@@ -92,6 +92,9 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
     sets = [packs[i * twins:(i + 1) * twins] for i in range(copies)]
     reps = max(20, 2 * copies)
     rows, t1 = [], None
+    if variant is not None:   # an explicit variant serves at most 8 rows per tile it has
+        from .backends.cuda import split_variant
+        ms = [m for m in ms if m <= 8 * split_variant(variant)[1]]
     for m in ms:
         xs = [torch.randn(m, k, device=backend.device).to(backend.act_dtype) for _ in range(twins)]
         ys = [torch.empty(m, n, device=backend.device, dtype=backend.act_dtype) for _ in range(twins)]
@@ -146,7 +149,7 @@ def print_table(res: dict) -> None:
 def bench_kernels_cli(json_out: Path | None = None, variants: str | None = None) -> None:
     if not torch.cuda.is_available():
         raise PtiError("pti bench --kernels needs an NVIDIA GPU and none is visible to torch")
-    res = bench_kernels(variants=tuple(variants.split(",")) if variants else (None,))
+    res = bench_kernels(variants=tuple(None if v == "default" else v for v in variants.split(",")) if variants else (None,))
     print_table(res)
     if json_out is not None:
         json_out.write_text(json.dumps(res, indent=1))

@@ -240,7 +240,8 @@ class CudaBackend(KernelBackend):
     def launch(self, packs, xs, ys, name: str) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        _cu(self._drv.cuLaunchKernel(self.funcs[name], grid, 1, 1, THREADS, 1, 1, 0, stream, (vals, types), 0),
+        _cu(self._drv.cuLaunchKernel(self.funcs[name], grid, 1, 1, THREADS, 1, 1, 0, self._drv.CUstream(stream),
+                                     (vals, types), 0),
             f"launch {name}")
 
     def stream_read(self, buf: torch.Tensor, blocks: int) -> torch.Tensor:
@@ -248,7 +249,8 @@ class CudaBackend(KernelBackend):
         out = torch.empty(blocks * THREADS, dtype=torch.int32, device=self.device)
         n16 = buf.numel() * buf.element_size() // 16
         stream = torch.cuda.current_stream(self.device).cuda_stream
-        _cu(self._drv.cuLaunchKernel(self.funcs["pti_stream_read"], blocks, 1, 1, THREADS, 1, 1, 0, stream,
+        _cu(self._drv.cuLaunchKernel(self.funcs["pti_stream_read"], blocks, 1, 1, THREADS, 1, 1, 0,
+                                     self._drv.CUstream(stream),
                                      ((buf.data_ptr(), n16, out.data_ptr()),
                                       (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p)), 0),
             "launch pti_stream_read")
