@@ -78,8 +78,8 @@ def make_hf_model(folder: Path, arch: str = "llama", seed: int = 0, tie: bool = 
 
 # --- GGUF ----------------------------------------------------------------
 
-def gguf_tokenizer_keys(w: gguf.GGUFWriter, n_vocab: int) -> None:
-    tokens = SPECIALS + [f"t{i}" for i in range(n_vocab - len(SPECIALS))]
+def gguf_tokenizer_keys(w: gguf.GGUFWriter, n_vocab: int, prefix: str = "t") -> None:
+    tokens = SPECIALS + [f"{prefix}{i}" for i in range(n_vocab - len(SPECIALS))]
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
     w.add_token_list(tokens)
@@ -91,7 +91,8 @@ def gguf_tokenizer_keys(w: gguf.GGUFWriter, n_vocab: int) -> None:
 
 
 def make_gguf(path: Path, arch: str = "llama", n_vocab: int = 40, hidden: int = 64, seed: int = 0,
-              types: dict | None = None, n_head: int = 4, extra_kv: dict | None = None) -> dict:
+              types: dict | None = None, n_head: int = 4, extra_kv: dict | None = None,
+              shape_over: dict | None = None, token_prefix: str = "t") -> dict:
     """A one-block GGUF with the given tensor types; returns {name: float32 reference}.
 
     types maps tensor name -> storage type (defaults below); the reference is what
@@ -115,6 +116,7 @@ def make_gguf(path: Path, arch: str = "llama", n_vocab: int = 40, hidden: int = 
     default = {"token_embd.weight": Q.Q8_0, "blk.0.attn_q.weight": Q.F16, "blk.0.attn_k.weight": Q.Q4_0,
                "blk.0.attn_v.weight": Q.Q8_0, "blk.0.ffn_down.weight": Q.BF16}
     default.update(types or {})
+    shapes.update(shape_over or {})
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name("tiny test model")
     w.add_block_count(1)
@@ -128,11 +130,15 @@ def make_gguf(path: Path, arch: str = "llama", n_vocab: int = 40, hidden: int = 
     w.add_vocab_size(n_vocab)
     for key, (val, vtype) in (extra_kv or {}).items():
         w.add_key_value(key, val, vtype)
-    gguf_tokenizer_keys(w, n_vocab)
+    gguf_tokenizer_keys(w, n_vocab, token_prefix)
     ref = {}
     for name, shape in shapes.items():
         x = rng.standard_normal(shape).astype(np.float32)
         qtype = Q.F32 if len(shape) == 1 else default.get(name, Q.F32)
+        if qtype in (Q.I8, Q.I16, Q.I32, Q.I64, Q.F64):   # storage types pti does not read
+            data = x.astype({Q.I8: np.int8, Q.I16: np.int16, Q.I32: np.int32, Q.I64: np.int64, Q.F64: np.float64}[qtype])
+            w.add_tensor(name, data)
+            continue
         if qtype == Q.F32:
             data = x
         elif qtype == Q.F16:
@@ -149,3 +155,16 @@ def make_gguf(path: Path, arch: str = "llama", n_vocab: int = 40, hidden: int = 
     w.write_tensors_to_file()
     w.close()
     return ref
+
+
+def field_offset(path: Path, key: str, part: int) -> int:
+    """File offset of part `part` of a GGUF key/value field or tensor-info field (gguf-py's parts)."""
+    reader = gguf.GGUFReader(path)
+    field = reader.fields.get(key) or next(t.field for t in reader.tensors if t.name == key)
+    return field.offset + sum(int(p.nbytes) for p in field.parts[:part])
+
+
+def kv_index(path: Path, key: str) -> int:
+    """Position of a key among the file's key/value pairs (GGUF.* pseudo-fields excluded)."""
+    keys = [k for k in gguf.GGUFReader(path).fields if not k.startswith("GGUF.")]
+    return keys.index(key)

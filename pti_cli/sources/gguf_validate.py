@@ -224,6 +224,14 @@ def validate_gguf(path) -> GGUFLayout:
         buf.close()
 
 
+def _check_count(what: str, count: int, limit: int, min_bytes: int, cur: _Cursor) -> None:
+    if count > limit:
+        raise PtiError(f"corrupt GGUF header: {what} {count} exceeds the limit {limit}")
+    if count * min_bytes > cur.left():
+        raise PtiError(f"truncated: {what} {count} needs at least {count * min_bytes} bytes, "
+                       f"only {cur.left()} left in the file")
+
+
 def _walk(buf, size: int) -> GGUFLayout:
     cur = _Cursor(buf, size)
     cur.pos = 4
@@ -231,10 +239,8 @@ def _walk(buf, size: int) -> GGUFLayout:
     if version not in (2, 3):
         raise PtiError(f"unsupported GGUF version {version} (only 2 and 3, little-endian)")
     n_tensors, n_kv = cur.unpack("<QQ", "tensor and kv counts")
-    if n_kv > MAX_KV or n_kv * 13 > cur.left():   # a kv is at least 8 + 1 + 4 bytes
-        raise PtiError(f"corrupt GGUF header: kv count {n_kv} exceeds file size or the limit {MAX_KV}")
-    if n_tensors > MAX_TENSORS or n_tensors * 29 > cur.left():  # 8 + 1 + 4 + 8 + 4 + 8 bytes at least
-        raise PtiError(f"corrupt GGUF header: tensor count {n_tensors} exceeds file size or the limit {MAX_TENSORS}")
+    _check_count("kv count", n_kv, MAX_KV, 13, cur)                 # a kv is at least 8 + 1 + 4 bytes
+    _check_count("tensor count", n_tensors, MAX_TENSORS, 29, cur)   # 8 + 1 + 4 + 8 + 4 + 8 bytes at least
     alignment = _walk_kv(cur, n_kv)
     infos = _walk_tensor_infos(cur, n_tensors)
     data_offset = (cur.pos + alignment - 1) // alignment * alignment
