@@ -154,21 +154,27 @@ def _twin_of(i: int, twins: str) -> int:
 
 
 def _decode_plain(model: GpuModel, firsts: list[int], starts: list[int], gen: int, twins: str):
+    """gen passes of one row per sequence; returns (tokens, passes, every sequence's tokens)."""
     cur, pos = list(firsts), list(starts)
-    seq0 = [cur[0]]
+    out = [[f] for f in firsts]
     for _ in range(gen):
         ids = model.run_pass([SeqRows(i, [cur[i]], pos[i], _twin_of(i, twins)) for i in range(len(cur))])
         cur = [int(r[0]) for r in ids]
         pos = [p + 1 for p in pos]
-        seq0.append(cur[0])
-    return len(cur) * gen, gen, seq0
+        for o, c in zip(out, cur):
+            o.append(c)
+    return len(cur) * gen, gen, out
 
 
-def _decode_replay(model: GpuModel, firsts: list[int], starts: list[int], gen: int, twins: str, trace: list[list[list[int]]]):
-    """Each pass, sequence i verifies the rows its trace says and keeps the accepted count."""
-    n = len(firsts)
-    cur, pos, emitted, step = list(firsts), list(starts), [0] * n, [0] * n
-    passes, seq0 = 0, [firsts[0]]
+def _decode_replay(model: GpuModel, truth: list[list[int]], starts: list[int], gen: int, twins: str,
+                   trace: list[list[list[int]]]):
+    """Replay an accept trace: each pass, sequence i verifies the rows its trace says, its
+    drafts being its true greedy continuation (`truth`, from plain decoding), and keeps
+    the trace's accepted count.  The output is then the plain greedy output."""
+    n = len(truth)
+    pos, emitted, step = list(starts), [0] * n, [0] * n
+    passes = 0
+    out = [[t[0]] for t in truth]
     while min(emitted) < gen:
         batch, live = [], []
         for i in range(n):
@@ -178,17 +184,17 @@ def _decode_replay(model: GpuModel, firsts: list[int], starts: list[int], gen: i
             rows, keep = t[step[i] % len(t)]
             rows = max(1, min(rows, gen - emitted[i], model.max_ctx - pos[i]))
             keep = max(1, min(keep, rows))
-            batch.append(SeqRows(i, [cur[i]] * rows, pos[i], _twin_of(i, twins)))
+            e = emitted[i]
+            batch.append(SeqRows(i, truth[i][e:e + rows], pos[i], _twin_of(i, twins)))
             live.append((i, keep))
         ids = model.run_pass(batch)
         passes += 1
         for (i, keep), r in zip(live, ids):
-            cur[i], pos[i] = int(r[keep - 1]), pos[i] + keep
+            pos[i] += keep
             emitted[i] += keep
             step[i] += 1
-            if i == 0:
-                seq0.extend(int(x) for x in r[:keep])
-    return sum(emitted), passes, seq0
+            out[i].extend(int(x) for x in r[:keep])
+    return sum(emitted), passes, out
 
 
 def run_setting(model: GpuModel, s: Setting, prompt_len: int, gen: int, repeats: int,
@@ -204,6 +210,7 @@ def run_setting(model: GpuModel, s: Setting, prompt_len: int, gen: int, repeats:
     sync()
     prefill_s = time.perf_counter() - t
     starts = [prompt_len] * s.seqs
+    truth = None if s.spec == "none" else _decode_plain(model, firsts, starts, gen, s.twins)[2]
     runs = []
     for _ in range(repeats + 1):  # the first is the warm-up (graph capture happens there)
         model.host_s = 0.0
@@ -212,11 +219,11 @@ def run_setting(model: GpuModel, s: Setting, prompt_len: int, gen: int, repeats:
         if s.spec == "none":
             res = _decode_plain(model, firsts, starts, gen, s.twins)
         else:
-            res = _decode_replay(model, firsts, starts, gen, s.twins, trace)
+            res = _decode_replay(model, truth, starts, gen, s.twins, trace)
         sync()
         runs.append((time.perf_counter() - t, model.host_s, *res))
     timed = runs[1:] if repeats else runs
-    secs, host_s, tokens, passes, seq0 = sorted(timed, key=lambda r: r[0])[len(timed) // 2]
+    secs, host_s, tokens, passes, outs = sorted(timed, key=lambda r: r[0])[len(timed) // 2]
     tau = tokens / passes / s.seqs
     rows_per_seq = tau if s.spec == "none" else _mean_rows(trace)
     bpp = bytes_per_pass(model, s.seqs, rows_per_seq, prompt_len + gen / 2)
@@ -226,7 +233,8 @@ def run_setting(model: GpuModel, s: Setting, prompt_len: int, gen: int, repeats:
                bpp, ceiling, tok_s, 100.0 * tok_s / ceiling, tau,
                prefill_tok_s=s.seqs * prompt_len / prefill_s, passes=passes, tokens=tokens,
                seconds=secs, host_pct=100.0 * host_s / secs,
-               repeats_identical=all(r[4] == runs[0][4] for r in runs), seq0_ids=seq0)
+               repeats_identical=all(r[4] == runs[0][4] for r in runs)
+               and (truth is None or outs == truth), seq0_ids=outs[0])
 
 
 def _mean_rows(trace: list) -> float:
@@ -282,7 +290,7 @@ def build_model(size: str, device: torch.device, twins: str, max_seqs: int, max_
                 ops: Any = None, backend: Any = None, seed: int = 0) -> GpuModel:
     from .synthetic import build_weights, check_fits, shape_for
     shape = shape_for(size)
-    kv = 2 * kv_bytes(shape, max_seqs * (max_ctx + 1), 4 if device.type == "cpu" else 2) // 2
+    kv = kv_bytes(shape, max_seqs * (max_ctx + 1), 4 if device.type == "cpu" else 2)
     check_fits(shape, size, device, twins, kv)
     w = build_weights(shape, device, twins, seed, backend)
     return GpuModel(shape, w, max_seqs=max_seqs, max_ctx=max_ctx, device=device, twins=twins, ops=ops)
@@ -302,9 +310,13 @@ def bench_synthetic(size: str, seqs: list[int], specs: list[str], twins_list: li
     if any(n < 1 for n in seqs):
         raise PtiError("--seqs values must be >= 1")
     log = log or (lambda msg: None)
+    from .synthetic import check_fits, shape_for
+    max_seqs, max_ctx = max(seqs), prompt_len + gen + 1
+    shape = shape_for(size)
+    for tw in twins_list:   # refuse before measuring anything
+        check_fits(shape, size, device, tw, 2 * kv_bytes(shape, max_seqs * (max_ctx + 1), 4 if device.type == "cpu" else 2))
     bw = measure_read_bandwidth(device, bw_bytes, ops)
     log(f"read bandwidth {bw['best'] / 1e9:.0f} GB/s")
-    max_seqs, max_ctx = max(seqs), prompt_len + gen + 1
     rows, notes, model_info = [], [], {}
     for tw in twins_list:
         model = build_model(size, device, tw, max_seqs, max_ctx, ops, backend)
@@ -346,7 +358,7 @@ def print_table(res: BenchResult) -> None:
         t.add_row(str(r.seqs), spec, r.twins, f"{r.bytes_per_pass / 1e9:.2f}", f"{r.ceiling_tok_s:.1f}",
                   f"{r.tok_s:.1f}", f"{r.pct_ceiling:.0f}%", f"{r.tau:.2f}", f"{r.speedup:.2f}x",
                   f"{r.prefill_tok_s:.0f}", f"{r.host_pct:.1f}")
-    con = Console()
+    con = Console(width=max(Console().width, 130))
     con.print(t)
     for n in res.notes:
         con.print(f"[yellow]note:[/] {n}")
@@ -414,6 +426,8 @@ def bench_cli(synthetic: str | None, *, seqs: str, spec: str, twins: str, prompt
     seq_list = _int_list(seqs, "--seqs")
     spec_list = _str_list(spec, ("none", "lookup"), "--spec")
     twin_list = _str_list(twins, ("a", "b", "ab"), "--twins")
+    from .synthetic import shape_for
+    shape_for(synthetic)
     dev = pick_device(device)
     trace = load_trace(accept_trace) if accept_trace else None
     op_impl, backend = make_ops(ops, dev)

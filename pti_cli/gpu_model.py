@@ -68,22 +68,27 @@ class DenseLinear:
 class KernelLinear:
     """The kernels backend's matmul (batch-invariant); both twins from one read when ab."""
 
-    def __init__(self, backend: Any, w: Any, n_twins: int, stored_bytes: int, twin: int = 0):
-        self.backend, self.w, self.n_twins, self.nbytes, self.twin = backend, w, n_twins, stored_bytes, twin
+    def __init__(self, backend: Any, w: Any, n_twins: int, stored_bytes: int, out_dtype=None, twin: int = 0):
+        self.backend, self.w, self.n_twins, self.twin = backend, w, n_twins, twin
+        self.out_dtype = out_dtype
+        self.nbytes = getattr(w, "nbytes", stored_bytes)   # what the kernels read (padding rows included)
 
     def __call__(self, x: torch.Tensor, n_a: int) -> torch.Tensor:
         if self.n_twins == 1:
-            return self.backend.matmul(x, self.w, self.twin)
-        ya, yb = self.backend.matmul_twins(x[:n_a], x[n_a:], self.w)
+            return self.backend.matmul(x, self.w, self.twin, self.out_dtype)
+        ya, yb = self.backend.matmul_twins(x[:n_a], x[n_a:], self.w, self.out_dtype)
         return torch.cat([ya, yb])
 
 
-def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, backend: Any = None):
-    """A Linear from one or two (int8 [N, K], f16 scales [N, K/32]) Q8_0 matrices on `device`."""
+def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, backend: Any = None,
+                out_f32: bool = False):
+    """A Linear from one or two (int8 [N, K], f16 scales [N, K/32]) Q8_0 matrices on `device`.
+    out_f32: float32 outputs from the kernels (the logits)."""
     n, k = pairs[0][0].shape
     q8_bytes = n * ((k + QBLOCK - 1) // QBLOCK) * 34 * len(pairs)
     if backend is not None:
-        return KernelLinear(backend, backend.weight_from_q8(pairs), len(pairs), q8_bytes)
+        return KernelLinear(backend, backend.weight_from_q8(pairs), len(pairs), q8_bytes,
+                            torch.float32 if out_f32 else None)
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
     mats = []
     for qs, scales in pairs:

@@ -26,7 +26,7 @@ SSQ16_BYTES_PER_BLOCK = 68   # two f16 scales + 32 uint16 words
 
 SIZES: dict[str, GpuShape] = {
     # `tiny` is for tests and CPU smoke runs; the others are the issue's shapes.
-    "tiny": GpuShape(n_layers=2, dim=128, ffn=256, n_heads=4, n_kv_heads=2, vocab=512),
+    "tiny": GpuShape(n_layers=2, dim=256, ffn=512, n_heads=4, n_kv_heads=2, vocab=512),
     "1b": GpuShape(n_layers=16, dim=2048, ffn=8192, n_heads=32, n_kv_heads=8, vocab=49152),
     "8b": GpuShape(n_layers=32, dim=4096, ffn=14336, n_heads=32, n_kv_heads=8, vocab=49152),
     "32b": GpuShape(n_layers=64, dim=5120, ffn=27648, n_heads=40, n_kv_heads=8, vocab=49152),
@@ -110,27 +110,27 @@ def random_q8(n: int, k: int, gen: torch.Generator, device: torch.device) -> tup
     return qs, scales
 
 
-def dequant(qs: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    k = qs.shape[1]
-    return (qs.float() * scales.float().repeat_interleave(QBLOCK, dim=1)[:, :k]).contiguous()
-
-
-def build_weights(shape: GpuShape, device: torch.device, twins: str, seed: int, backend=None) -> Weights:
-    """Every weight of a random model, on `device`, for twins 'a' (Q8) or 'ab' (distinct twins)."""
+def build_weights(shape: GpuShape, device: torch.device, twins: str, seed: int, backend=None,
+                  draw_device: torch.device | None = None) -> Weights:
+    """Every weight of a random model, on `device`, for twins 'a' (Q8) or 'ab' (distinct twins).
+    draw_device: where the random numbers are drawn (the CPU gives the same weights on any device)."""
     if twins not in ("a", "b", "ab"):
         raise PtiError(f"--twins must be a, b or ab, not {twins!r}")
-    gen = torch.Generator(device=device)
+    draw_device = draw_device or device
+    gen = torch.Generator(device=draw_device)
     gen.manual_seed(seed)
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
 
-    def mat(n: int, k: int):
+    def mat(n: int, k: int, out_f32: bool = False):
         pairs = [random_q8(n, k, gen, device) for _ in range(2 if twins == "ab" else 1)]
-        return make_linear(pairs, device, backend)
+        if draw_device != device:
+            pairs = [(q.to(device), s.to(device)) for q, s in pairs]
+        return make_linear(pairs, device, backend, out_f32)
 
     def norm():
-        return (1.0 + 0.1 * torch.randn(shape.dim, generator=gen, device=device)).float()
+        return (1.0 + 0.1 * torch.randn(shape.dim, generator=gen, device=draw_device)).float().to(device)
 
-    embed = (0.5 * torch.randn((shape.vocab, shape.dim), generator=gen, device=device)).to(act)
+    embed = (0.5 * torch.randn((shape.vocab, shape.dim), generator=gen, device=draw_device)).to(act).to(device)
     hd, layers = shape.head_dim, []
     for _ in range(shape.n_layers):
         layers.append(LayerWeights(
@@ -141,4 +141,4 @@ def build_weights(shape: GpuShape, device: torch.device, twins: str, seed: int, 
             wgu=mat(2 * shape.ffn, shape.dim),
             wdown=mat(shape.dim, shape.ffn),
         ))
-    return Weights(embed=embed, layers=layers, out_norm=norm(), output=mat(shape.vocab, shape.dim))
+    return Weights(embed=embed, layers=layers, out_norm=norm(), output=mat(shape.vocab, shape.dim, out_f32=True))

@@ -1,0 +1,149 @@
+"""CudaOps: the non-matmul ops of a pass as kernels/pti_ops.hip kernels.
+
+Same methods as `gpu_model.TorchOps`, so the model runs either.  Launches go
+through cuda-python on the stream torch is using at that moment, so a whole
+pass can be captured in a CUDA graph.  The source is compiled by NVRTC to a
+CUBIN (backends/compile.py) and cached per source hash, compiler and arch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import PtiError
+from .gpu_model import ATTN_CHUNK
+
+OPS_SOURCE = Path(__file__).resolve().parents[1] / "kernels" / "pti_ops.hip"
+OPS_OPTIONS = ("-std=c++17", "-Xptxas=-v")
+P, I, L, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
+
+
+def ops_binary(arch: str) -> bytes:
+    """The CUBIN of kernels/pti_ops.hip for `arch`, compiled once per source/compiler/arch."""
+    from .backends.compile import compile_nvrtc, nvrtc_version
+    from .default_model import cache_dir
+    try:
+        source = OPS_SOURCE.read_text()
+    except OSError as e:
+        raise PtiError(f"cannot read the kernel source {OPS_SOURCE}: {e.strerror}") from None
+    compiler = nvrtc_version()
+    key = hashlib.sha256("\0".join([source, repr(OPS_OPTIONS), compiler, arch]).encode()).hexdigest()[:24]
+    folder = cache_dir() / "kernels"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"pti_ops_cuda_{arch}_{key}.bin"
+    if path.is_file():
+        return path.read_bytes()
+    binary = compile_nvrtc(source, arch, OPS_OPTIONS).binary
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(binary)
+    os.replace(tmp, path)
+    return binary
+
+
+def _check(res, what: str):
+    err, *rest = res if isinstance(res, tuple) else (res,)
+    if int(err) != 0:
+        raise PtiError(f"CUDA {what} failed: {err}")
+    return rest[0] if len(rest) == 1 else rest
+
+
+class _Module:
+    """A loaded CUBIN and a launcher on torch's current stream."""
+
+    def __init__(self, binary: bytes, names: list[str]):
+        from cuda.bindings import driver
+        self.driver = driver
+        self.mod = _check(driver.cuModuleLoadData(binary), "cuModuleLoadData")
+        self.fn = {n: _check(driver.cuModuleGetFunction(self.mod, n.encode()), f"cuModuleGetFunction({n})")
+                   for n in names}
+
+    def launch(self, name: str, grid: tuple, block: tuple, args: list[tuple[Any, Any]]) -> None:
+        vals = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a, _ in args)
+        types = tuple(t for _, t in args)
+        stream = torch.cuda.current_stream().cuda_stream
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        b = tuple(block) + (1,) * (3 - len(block))
+        _check(self.driver.cuLaunchKernel(self.fn[name], *g, *b, 0, stream, (vals, types), 0),
+               f"launch of {name}")
+
+
+KERNELS = ["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16",
+           "silu_mul_f32", "attn_partial_64", "attn_partial_128", "attn_combine_64", "attn_combine_128",
+           "stream_read"]
+
+
+def _suffix(t: torch.Tensor) -> str:
+    if t.dtype == torch.bfloat16:
+        return "bf16"
+    if t.dtype == torch.float32:
+        return "f32"
+    raise PtiError(f"pti_ops kernels take bf16 or float32 matmul outputs, not {t.dtype}")
+
+
+class CudaOps:
+    name = "cuda"
+
+    def __init__(self, device: torch.device):
+        torch.zeros(1, device=device)  # make torch's context current before the module loads
+        major, minor = torch.cuda.get_device_capability(device)
+        self.device = device
+        self.k = _Module(ops_binary(f"sm_{major}{minor}"), KERNELS)
+        self.sink = torch.zeros(4, dtype=torch.int32, device=device)
+
+    def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype) -> torch.Tensor:
+        M, d = x.shape
+        h = torch.empty((M, d), dtype=torch.bfloat16, device=x.device)
+        suf = _suffix(r) if r is not None else "bf16"
+        self.k.launch(f"add_rmsnorm_{suf}", (M,), (256,),
+                      [(x, P), (r.contiguous() if r is not None else 0, P), (w, P), (h, P), (d, I), (eps, F)])
+        return h
+
+    def rope_kv(self, m, qkv: torch.Tensor, pos, slot, layer: int) -> torch.Tensor:
+        sh, M = m.shape, qkv.shape[0]
+        q = torch.empty((M, sh.n_heads * sh.head_dim), dtype=torch.bfloat16, device=qkv.device)
+        self.k.launch(f"rope_kv_{_suffix(qkv)}", (M,), (128,),
+                      [(qkv.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (q, P),
+                       (m.kcache[layer], P), (m.vcache[layer], P), (sh.n_heads, I), (sh.n_kv_heads, I),
+                       (sh.head_dim, I), (m.max_ctx + 1, I), (int(sh.rope_neox), I)])
+        return q
+
+    def attention(self, m, q: torch.Tensor, pos, slot, layer: int, S: int, Pr: int) -> torch.Tensor:
+        sh, M = m.shape, q.shape[0]
+        hd, H = sh.head_dim, sh.n_heads
+        if hd not in (64, 128) or H // sh.n_kv_heads > 8:
+            raise PtiError(f"the attention kernel takes head size 64 or 128 and <= 8 query heads per KV head")
+        nch = math.ceil((m.max_ctx + 1) / ATTN_CHUNK)
+        acc = torch.empty(M * H * nch * hd, dtype=torch.float32, device=q.device)
+        ml = torch.empty(M * H * nch * 2, dtype=torch.float32, device=q.device)
+        out = torch.empty((M, H * hd), dtype=torch.bfloat16, device=q.device)
+        self.k.launch(f"attn_partial_{hd}", (nch, sh.n_kv_heads, M), (128,),
+                      [(q, P), (m.kcache[layer], P), (m.vcache[layer], P), (pos, P), (slot, P), (acc, P),
+                       (ml, P), (H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I),
+                       (1.0 / math.sqrt(hd), F)])
+        self.k.launch(f"attn_combine_{hd}", (H, M), (hd,), [(acc, P), (ml, P), (pos, P), (out, P), (H, I), (nch, I)])
+        return out
+
+    def silu_mul(self, gu: torch.Tensor, ffn: int) -> torch.Tensor:
+        M = gu.shape[0]
+        out = torch.empty((M, ffn), dtype=torch.bfloat16, device=gu.device)
+        total = M * ffn
+        grid = min((total + 255) // 256, 132 * 16)
+        self.k.launch(f"silu_mul_{_suffix(gu)}", (grid,), (256,), [(gu.contiguous(), P), (out, P), (ffn, I), (total, L)])
+        return out
+
+    def stream_read(self, buf: torch.Tensor) -> None:
+        n16 = buf.numel() * buf.element_size() // 16
+        self.k.launch("stream_read", (132 * 8,), (512,), [(buf, P), (n16, L), (self.sink, P)])
+
+
+def kernel_backend(device: torch.device):
+    """The kernels backend (backends/cuda.py) for the matmuls."""
+    from .backends.cuda import CudaBackend
+    return CudaBackend(device)
