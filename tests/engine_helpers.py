@@ -102,3 +102,38 @@ def toy_reference(prompt: list[int], max_tokens: int, params: SamplingParams, s:
         if tok == EOS or len(ctx) >= n_ctx:
             break
     return out
+
+
+# --- real tiny models ---------------------------------------------------------
+
+def tiny_ssq(folder, arch: str = "llama", seed: int = 0):
+    """A random tiny Hugging Face model of `arch` (tests/source_helpers.py), packed with pti pack."""
+    from pathlib import Path
+
+    from pti_cli.pack import pack
+    from source_helpers import make_hf_model
+    folder = Path(folder)
+    make_hf_model(folder / "hf", arch=arch, seed=seed)
+    out = folder / f"{arch}.ssq"
+    pack(folder / "hf", None, out, force=True)
+    return out
+
+
+class IdsTokenizer:
+    """Engine port for raw-id runs: EOG ids from the model file, text = ids."""
+
+    def __init__(self, eog_ids):
+        self.eog_ids = set(eog_ids)
+
+    def token_text(self, t: int) -> str:
+        return f"<{t}>"
+
+    def stream_decoder(self):
+        return ToyDecoder(self)
+
+
+def real_model(ssq_path, twins: str = "a"):
+    from pti_cli.backends import load_backend
+    from pti_cli.model import Model
+    from pti_cli.ssq.read import SSQFile
+    return Model(SSQFile(ssq_path), load_backend("torch"), twins=twins)
