@@ -89,14 +89,16 @@ class _TokenizerPort:
     """What the engine needs from a Tokenizer: EOG ids, a UTF-8-safe stream decoder, token text."""
 
     def __init__(self, tok):
+        from .tokenizer import StreamDecoder
         self.tok = tok
         self.eog_ids = frozenset(tok.eog_ids)
+        self._decoder = StreamDecoder
 
     def stream_decoder(self):
-        return _Decoder(self.tok.stream_decoder())
+        return _Decoder(self._decoder(self.tok))
 
     def token_text(self, t: int) -> str:
-        return self.tok.decode([t])
+        return self.tok.token_text(t)
 
 
 class _Decoder:
@@ -104,7 +106,7 @@ class _Decoder:
         self.dec = dec
 
     def add(self, t: int) -> str:
-        return self.dec.add(t)
+        return self.dec.feed(t)
 
     def flush(self) -> str:
         return self.dec.flush()
@@ -133,7 +135,8 @@ class Pti:
 
     @property
     def has_chat_template(self) -> bool:
-        return bool(self.ssq.metadata.get("tokenizer.chat_template"))
+        from .chat import has_chat_template
+        return has_chat_template(self.ssq.metadata)
 
     def encode(self, prompt: str | Prompt, chat: bool | None = None) -> list[int]:
         """Token ids of a prompt: through the model's chat template unless raw."""
@@ -141,14 +144,24 @@ class Pti:
         use_chat = self.has_chat_template if chat is None else chat
         if use_chat:
             if not self.has_chat_template:
-                raise PtiError(f"{p.where}: --chat needs a chat template, and this model has none (use --raw)")
-            from .chat import render_chat
+                raise PtiError(f"{p.where}: this model has no chat template; use --raw")
+            from .chat import apply_chat_template
             messages = p.messages or [{"role": "user", "content": p.text}]
-            text = render_chat(self.ssq.metadata["tokenizer.chat_template"], messages, self.tokenizer)
-            return self.tokenizer.encode(text, add_bos=self.tokenizer.add_bos, special=True)
-        if p.messages is not None:
+            try:
+                text = apply_chat_template(self.ssq.metadata, messages, self.tokenizer)
+            except PtiError as e:
+                raise PtiError(f"{p.where}: {e}") from None
+        elif p.messages is not None:
             raise PtiError(f"{p.where}: a \"messages\" prompt needs --chat")
-        return self.tokenizer.encode(p.text, add_bos=self.tokenizer.add_bos, special=False)
+        else:
+            text = p.text
+        ids = self.tokenizer.encode(text)
+        bos = self.tokenizer.bos_id
+        if len(ids) >= 2 and ids[0] == ids[1] == bos:  # the template wrote BOS and the tokenizer added one
+            ids = ids[1:]
+        if not ids:
+            raise PtiError(f"{p.where}: empty prompt")
+        return ids
 
     def requests(self, prompts: Sequence[str | Prompt], seqs: int = 1, chat: bool | None = None) -> list[Request]:
         if not prompts:
