@@ -54,50 +54,69 @@ __device__ float block_sum(float v, float* red) {
     return s;
 }
 
-// x[m] += r[m] (when r); h[m] = bf16(x[m] * rsqrt(mean(x^2) + eps) * w).  grid: rows.
+// x[m] += r[m] (when r); h[m] = bf16(x[m] * rsqrt(mean(x^2) + eps) * w).  grid: rows,
+// NORM_THREADS threads; each thread keeps its <= NORM_PER values in registers, so
+// every load is in flight at once (d <= NORM_THREADS * NORM_PER).
+#define NORM_THREADS 256
+#define NORM_PER 24
 template <typename T>
 __device__ void add_rmsnorm(float* x, const T* r, const float* w, bf16_t* h, int d, float eps) {
     __shared__ float red[32];
     long base = (long)blockIdx.x * d;
+    float v[NORM_PER];
     float ss = 0.f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float v = x[base + i];
-        if (r) { v += ld(r, base + i); x[base + i] = v; }
-        ss += v * v;
+#pragma unroll
+    for (int j = 0; j < NORM_PER; j++) {
+        int i = threadIdx.x + j * NORM_THREADS;
+        v[j] = i < d ? x[base + i] : 0.f;
     }
+    if (r) {
+#pragma unroll
+        for (int j = 0; j < NORM_PER; j++) {
+            int i = threadIdx.x + j * NORM_THREADS;
+            if (i < d) { v[j] += ld(r, base + i); x[base + i] = v[j]; }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NORM_PER; j++) ss += v[j] * v[j];
     float inv = rsqrtf(block_sum(ss, red) / (float)d + eps);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) h[base + i] = f2bf(x[base + i] * inv * w[i]);
+#pragma unroll
+    for (int j = 0; j < NORM_PER; j++) {
+        int i = threadIdx.x + j * NORM_THREADS;
+        if (i < d) h[base + i] = f2bf(v[j] * inv * w[i]);
+    }
 }
 
-// RoPE on q and k of one row, q to q_out, k and v into the layer's cache
-// [slots][Hk][ctx1][hd] at the row's position.  pos < 0: a padding row, no cache write.
+// RoPE and the KV write.  grid (H + 2 Hk, rows), hd / 2 threads: blocks of the
+// first H heads rotate q into q_out, the next Hk rotate k into the layer's cache
+// [slots][Hk][ctx1][hd] at the row's position, the last Hk copy v there.
+// pos < 0: a padding row, no cache write.
 template <typename T>
 __device__ void rope_kv(const T* qkv, const int* pos, const int* slot, const float* cos_t, const float* sin_t,
                         bf16_t* q_out, bf16_t* kc, bf16_t* vc, int H, int Hk, int hd, int ctx1, int neox) {
-    int m = blockIdx.x, p = pos[m], half = hd / 2;
+    int head = blockIdx.x, m = blockIdx.y, p = pos[m], half = hd / 2, i = threadIdx.x;
+    if (i >= half) return;
     int pa = p < 0 ? 0 : p;
-    long row = (long)m * (H + 2 * Hk) * hd;
-    long kv_row = ((long)slot[m] * Hk) * ctx1 * hd + (long)pa * hd;  // + kh * ctx1 * hd
-    for (int idx = threadIdx.x; idx < (H + Hk) * half; idx += blockDim.x) {
-        int head = idx / half, i = idx % half;
-        int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-        float a = ld(qkv, row + (long)head * hd + ia), b = ld(qkv, row + (long)head * hd + ib);
-        float c = cos_t[(long)pa * half + i], s = sin_t[(long)pa * half + i];
-        float ra = a * c - b * s, rb = a * s + b * c;
-        if (head < H) {
-            long o = ((long)m * H + head) * hd;
-            q_out[o + ia] = f2bf(ra);
-            q_out[o + ib] = f2bf(rb);
-        } else if (p >= 0) {
-            long o = kv_row + (long)(head - H) * ctx1 * hd;
-            kc[o + ia] = f2bf(ra);
-            kc[o + ib] = f2bf(rb);
-        }
+    long src = ((long)m * (H + 2 * Hk) + head) * hd;
+    if (head >= H + Hk) {  // v: copy two elements
+        if (p < 0) return;
+        long o = (((long)slot[m] * Hk + (head - H - Hk)) * ctx1 + p) * hd;
+        vc[o + i] = f2bf(ld(qkv, src + i));
+        vc[o + i + half] = f2bf(ld(qkv, src + i + half));
+        return;
     }
-    if (p < 0) return;
-    for (int idx = threadIdx.x; idx < Hk * hd; idx += blockDim.x) {
-        int kh = idx / hd, i = idx % hd;
-        vc[kv_row + (long)kh * ctx1 * hd + i] = f2bf(ld(qkv, row + (long)(H + Hk) * hd + idx));
+    int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+    float a = ld(qkv, src + ia), b = ld(qkv, src + ib);
+    float c = cos_t[(long)pa * half + i], s = sin_t[(long)pa * half + i];
+    float ra = a * c - b * s, rb = a * s + b * c;
+    if (head < H) {
+        long o = ((long)m * H + head) * hd;
+        q_out[o + ia] = f2bf(ra);
+        q_out[o + ib] = f2bf(rb);
+    } else if (p >= 0) {
+        long o = (((long)slot[m] * Hk + (head - H)) * ctx1 + p) * hd;
+        kc[o + ia] = f2bf(ra);
+        kc[o + ib] = f2bf(rb);
     }
 }
 
@@ -131,6 +150,8 @@ template <int HD>
 __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* pos,
                              const int* slot, float* part_acc, float* part_ml, int H, int Hk, int ctx1,
                              int n_chunks, float scale) {
+    __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * HD];
+    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
     __shared__ float qs[MAX_G][HD];
     __shared__ float sc[MAX_G][ATTN_CHUNK];
     __shared__ float mx[MAX_G], sm[MAX_G];
@@ -139,16 +160,26 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     int t0 = c * ATTN_CHUNK;
     if (p < 0 || t0 > p) return;  // chunks past the row's position are never read by the combine
     int nt = min(ATTN_CHUNK, p + 1 - t0);
+    long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
+    // the chunk's keys and values: every 16-byte load issued before any is used
+    const uint4* k4 = (const uint4*)(kc + kv0);
+    const uint4* v4 = (const uint4*)(vc + kv0);
+    constexpr int N4 = ATTN_CHUNK * HD / 8;   // 16-byte words per tile
+    int n4 = nt * HD / 8;
+#pragma unroll
+    for (int j = 0; j < N4 / 128; j++) {
+        int i = threadIdx.x + j * 128;
+        if (i < n4) { ((uint4*)ks)[i] = k4[i]; ((uint4*)vs)[i] = v4[i]; }
+    }
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
         qs[i / HD][i % HD] = bf2f(q[((long)m * H + kh * G) * HD + i]) * scale;
     __syncthreads();
-    long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
     constexpr int PER = HD / WARP;
     for (int t = w; t < nt; t += nw) {
         float k[PER];
 #pragma unroll
-        for (int j = 0; j < PER; j++) k[j] = bf2f(kc[kv0 + (long)t * HD + lane * PER + j]);
+        for (int j = 0; j < PER; j++) k[j] = bf2f(ks[t * HD + lane * PER + j]);
         for (int g = 0; g < G; g++) {
             float s = 0.f;
 #pragma unroll
@@ -172,7 +203,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
 #pragma unroll
         for (int g = 0; g < MAX_G; g++) acc[g] = 0.f;
         for (int t = 0; t < nt; t++) {
-            float v = bf2f(vc[kv0 + (long)t * HD + d]);
+            float v = bf2f(vs[t * HD + d]);
 #pragma unroll
             for (int g = 0; g < MAX_G; g++) if (g < G) acc[g] += sc[g][t] * v;
         }
@@ -206,6 +237,7 @@ __device__ void attn_combine(const float* part_acc, const float* part_ml, const 
     const float* acc = part_acc + ((long)m * H + h) * n_chunks * HD;
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         float a = 0.f;
+#pragma unroll 4
         for (int c = 0; c < nc; c++) a += acc[(long)c * HD + d] * expf(ml[2 * c] - gm);
         out[o + d] = f2bf(a / denom);
     }

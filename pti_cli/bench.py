@@ -321,6 +321,7 @@ def bench_synthetic(size: str, seqs: list[int], specs: list[str], twins_list: li
     for tw in twins_list:
         model = build_model(size, device, tw, max_seqs, max_ctx, ops, backend)
         model_info[tw] = {"size": size, "matrix_bytes": model.w.matrix_bytes(), "ops": model.ops.name,
+                          "matmul": "kernels" if backend is not None else "torch",
                           "shape": asdict(model.shape)}
         base_ids = None
         plan = [Setting(n, sp, tw) for sp in specs for n in seqs]
@@ -415,7 +416,8 @@ def _str_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
 
 def bench_cli(synthetic: str | None, *, seqs: str, spec: str, twins: str, prompt_len: int, gen: int,
               repeats: int, device: str, json_out: Path | None, plot: Path | None,
-              accept_trace: Path | None, ops: str, argv: list[str] | None = None) -> BenchResult:
+              accept_trace: Path | None, ops: str, backend: str = "auto",
+              argv: list[str] | None = None) -> BenchResult:
     """`pti bench --synthetic SIZE ...`: build, measure, print the table, write JSON and plot."""
     import sys
     from datetime import datetime, timezone
@@ -430,10 +432,10 @@ def bench_cli(synthetic: str | None, *, seqs: str, spec: str, twins: str, prompt
     shape_for(synthetic)
     dev = pick_device(device)
     trace = load_trace(accept_trace) if accept_trace else None
-    op_impl, backend = make_ops(ops, dev)
+    op_impl, mm_backend = make_ops(ops, dev, backend)
     err = sys.stderr
     res = bench_synthetic(synthetic, seq_list, spec_list, twin_list, device=dev, prompt_len=prompt_len,
-                          gen=gen, repeats=repeats, trace=trace, ops=op_impl, backend=backend,
+                          gen=gen, repeats=repeats, trace=trace, ops=op_impl, backend=mm_backend,
                           log=lambda m: print(m, file=err, flush=True))
     res.command = "pti " + " ".join(argv if argv is not None else sys.argv[1:])
     res.date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -449,15 +451,53 @@ def bench_cli(synthetic: str | None, *, seqs: str, spec: str, twins: str, prompt
     return res
 
 
-def make_ops(ops: str, device: torch.device):
-    """(non-matmul ops, matmul backend): `torch` everywhere; `cuda` = kernels/ on an NVIDIA GPU."""
+def make_ops(ops: str, device: torch.device, backend: str = "auto"):
+    """(non-matmul ops, matmul backend).  ops: torch (anywhere) or cuda (kernels/pti_ops.hip);
+    backend: cuda (the kernels backend) or torch (dequantised torch matmuls, no kernels)."""
     if ops == "auto":
         ops = "cuda" if device.type == "cuda" else "torch"
-    if ops == "torch":
-        return TorchOps(), None
-    if ops != "cuda":
-        raise PtiError(f"--ops must be auto, torch or cuda, not {ops!r}")
-    if device.type != "cuda":
-        raise PtiError("--ops cuda needs an NVIDIA GPU")
-    from .gpu_ops import CudaOps, kernel_backend
-    return CudaOps(device), kernel_backend(device)
+    if backend == "auto":
+        backend = "cuda" if device.type == "cuda" else "torch"
+    if ops not in ("torch", "cuda") or backend not in ("torch", "cuda"):
+        raise PtiError(f"--ops and --backend take auto, torch or cuda, not {ops!r} / {backend!r}")
+    if device.type != "cuda" and "cuda" in (ops, backend):
+        raise PtiError("--ops cuda and --backend cuda need an NVIDIA GPU (use --device cuda)")
+    op_impl = TorchOps()
+    if ops == "cuda":
+        from .gpu_ops import CudaOps
+        op_impl = CudaOps(device)
+    be = None
+    if backend == "cuda":
+        from .gpu_ops import kernel_backend
+        be = kernel_backend(device)
+    return op_impl, be
+
+
+def record_trace(out: Path, prompts_file: Path, model: Path | None = None, max_tokens: int = 128,
+                 draft: int = 8) -> dict:
+    """Decode the prompts with `--spec lookup` on a real model (default: the embedded one)
+    and write, per sequence, [rows verified, tokens emitted] of every decode pass (the
+    prefill pass left out): the accept trace `--spec lookup` replays on synthetic models."""
+    from .api import Pti
+    from .prompts import read_file
+    pti = Pti(model)
+    prompts = read_file(prompts_file)
+    last: dict[int, tuple[int, int]] = {}
+    trace: dict[int, list[list[int]]] = {}
+
+    def on_pass(seqs):
+        for s in seqs:
+            k = s.req.s
+            if k in last:
+                drafted, emitted = s.drafted - last[k][0], len(s.out_ids) - last[k][1]
+                trace.setdefault(k, []).append([drafted + 1, emitted])
+            last[k] = (s.drafted, len(s.out_ids))
+
+    res = pti.generate(prompts, spec="lookup", draft=draft, max_tokens=max_tokens, on_pass=on_pass)
+    data = {"source": f"{pti.path.name}, --spec lookup --draft {draft}, {len(prompts)} prompts of {prompts_file}",
+            "tau": [r.tau for r in res],
+            "sequences": [trace[k] for k in sorted(trace) if trace[k]]}
+    tmp = Path(str(out) + ".tmp")
+    tmp.write_text(json.dumps(data) + "\n")
+    tmp.replace(out)
+    return data

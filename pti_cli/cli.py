@@ -91,7 +91,8 @@ def bench(
     gen: int = typer.Option(128, "--gen", help="Tokens decoded per sequence."),
     repeats: int = typer.Option(3, "--repeats", help="Timed repeats after one warm-up; the median is kept."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda."),
-    ops: str = typer.Option("auto", "--ops", help="auto | torch | cuda: non-matmul ops and matmul backend."),
+    ops: str = typer.Option("auto", "--ops", help="auto | torch | cuda: the non-matmul ops (cuda: kernels/pti_ops.hip)."),
+    backend: str = typer.Option("auto", "--backend", help="auto | torch | cuda: the matmuls (cuda: the kernels backend)."),
     accept_trace: Optional[Path] = typer.Option(None, "--accept-trace", help="Accept trace (JSON) recorded on a real model, replayed for --spec lookup."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON to this file."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write tok/s against sequences, with the ceiling, to this PNG."),
@@ -104,7 +105,7 @@ def bench(
         return bench_kernels_cli(json_out=json_out, variants=kernel_variants)
     from .bench import bench_cli
     bench_cli(synthetic, seqs=seqs, spec=spec, twins=twins, prompt_len=prompt_len, gen=gen, repeats=repeats,
-              device=device, json_out=json_out, plot=plot, accept_trace=accept_trace, ops=ops)
+              device=device, json_out=json_out, plot=plot, accept_trace=accept_trace, ops=ops, backend=backend)
 
 
 

@@ -99,6 +99,8 @@ class CudaOps:
 
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype) -> torch.Tensor:
         M, d = x.shape
+        if d > 256 * 24:
+            raise PtiError(f"the norm kernel takes rows of at most 6144 elements, not {d}")
         h = torch.empty((M, d), dtype=torch.bfloat16, device=x.device)
         suf = _suffix(r) if r is not None else "bf16"
         self.k.launch(f"add_rmsnorm_{suf}", (M,), (256,),
@@ -108,7 +110,7 @@ class CudaOps:
     def rope_kv(self, m, qkv: torch.Tensor, pos, slot, layer: int) -> torch.Tensor:
         sh, M = m.shape, qkv.shape[0]
         q = torch.empty((M, sh.n_heads * sh.head_dim), dtype=torch.bfloat16, device=qkv.device)
-        self.k.launch(f"rope_kv_{_suffix(qkv)}", (M,), (128,),
+        self.k.launch(f"rope_kv_{_suffix(qkv)}", (sh.n_heads + 2 * sh.n_kv_heads, M), (sh.head_dim // 2,),
                       [(qkv.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (q, P),
                        (m.kcache[layer], P), (m.vcache[layer], P), (sh.n_heads, I), (sh.n_kv_heads, I),
                        (sh.head_dim, I), (m.max_ctx + 1, I), (int(sh.rope_neox), I)])

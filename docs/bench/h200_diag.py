@@ -1,0 +1,93 @@
+"""Where a decode pass's time goes on the GPU (synthetic model, one sequence, one row).
+
+Times CUDA-graph replays of: the whole pass (fused ops), the whole pass with
+plain torch ops, the matmuls alone (same weights, same shapes), and each
+non-matmul op alone x the count per pass.  Prints one JSON line and a table.
+
+    python3 docs/bench/h200_diag.py 8b [out.json]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import torch
+
+from pti_cli.bench import build_model, measure_read_bandwidth
+from pti_cli.gpu_model import SeqRows, TorchOps
+from pti_cli.gpu_ops import CudaOps, kernel_backend
+
+
+def graph_time(fn, reps: int = 50) -> float:
+    """Median ms of a CUDA-graph replay of fn (captured after two warm-up calls)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def main() -> None:
+    size = sys.argv[1] if len(sys.argv) > 1 else "8b"
+    dev = torch.device("cuda")
+    ops, be = CudaOps(dev), kernel_backend(dev)
+    bw = measure_read_bandwidth(dev, 4 << 30, ops)
+    m = build_model(size, dev, "a", 4, 640, ops, be)
+    sh = m.shape
+    m.prefill([SeqRows(0, list(range(1, 513)), 0)])
+    tok = torch.tensor([5], dtype=torch.int32, device=dev)
+    pos = torch.tensor([512], dtype=torch.int32, device=dev)
+    slot = torch.tensor([0], dtype=torch.int32, device=dev)
+    out = {"size": size, "bandwidth_GBs": bw["best"] / 1e9, "matrix_bytes": m.w.matrix_bytes()}
+    out["pass_fused_ms"] = graph_time(lambda: m.forward(tok, pos, slot, 1, 1, 1))
+    m.ops = TorchOps()
+    out["pass_torch_ops_ms"] = graph_time(lambda: m.forward(tok, pos, slot, 1, 1, 1))
+    m.ops = ops
+    h = torch.randn(1, sh.dim, device=dev).bfloat16()
+    a = torch.randn(1, sh.ffn, device=dev).bfloat16()
+
+    def matmuls():
+        for lw in m.w.layers:
+            lw.wqkv(h, 1)
+            lw.wo(h, 1)
+            lw.wgu(h, 1)
+            lw.wdown(a, 1)
+        m.w.output(h, 1)
+    out["matmuls_ms"] = graph_time(matmuls)
+    out["matmul_floor_ms"] = m.w.matrix_bytes() / bw["best"] * 1e3
+    x = torch.randn(1, sh.dim, device=dev)
+    lw = m.w.layers[0]
+    qkv = torch.randn(1, (sh.n_heads + 2 * sh.n_kv_heads) * sh.head_dim, device=dev).bfloat16()
+    q = torch.randn(1, sh.n_heads * sh.head_dim, device=dev).bfloat16()
+    gu = torch.randn(1, 2 * sh.ffn, device=dev).bfloat16()
+    L = sh.n_layers
+    out["norms_ms"] = graph_time(lambda: [ops.add_norm(x, h, lw.attn_norm, sh.eps, torch.bfloat16) for _ in range(2 * L)])
+    out["rope_kv_ms"] = graph_time(lambda: [ops.rope_kv(m, qkv, pos, slot, i) for i in range(L)])
+    out["attention_ms"] = graph_time(lambda: [ops.attention(m, q, pos, slot, i, 1, 1) for i in range(L)])
+    out["silu_ms"] = graph_time(lambda: [ops.silu_mul(gu, sh.ffn) for _ in range(L)])
+    out["launches_per_pass"] = L * 10 + 5
+    print(json.dumps(out))
+    for k, v in out.items():
+        print(f"{k:>20}: {v:.4g}" if isinstance(v, float) else f"{k:>20}: {v}")
+    if len(sys.argv) > 2:
+        with open(sys.argv[2], "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
