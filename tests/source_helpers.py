@@ -168,3 +168,28 @@ def kv_index(path: Path, key: str) -> int:
     """Position of a key among the file's key/value pairs (GGUF.* pseudo-fields excluded)."""
     keys = [k for k in gguf.GGUFReader(path).fields if not k.startswith("GGUF.")]
     return keys.index(key)
+
+
+def trim_gguf(src: Path, dst: Path, n_blocks: int = 1) -> None:
+    """Copy a llama GGUF keeping only its first n_blocks blocks (raw tensor bytes, all metadata)."""
+    reader = gguf.GGUFReader(src)
+    arch = reader.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(dst), arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        vtype = field.types[0]
+        value = n_blocks if key == f"{arch}.block_count" else field.contents()
+        sub = field.types[1] if vtype == V.ARRAY else None
+        w.add_key_value(key, value, vtype, sub)
+    for t in reader.tensors:
+        parts = t.name.split(".")
+        if parts[0] == "blk" and int(parts[1]) >= n_blocks:
+            continue
+        raw = Q(t.tensor_type)
+        w.add_tensor(t.name, np.array(t.data), raw_shape=t.data.shape,
+                     raw_dtype=raw if raw not in (Q.F32, Q.F16) else None)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

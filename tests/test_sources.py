@@ -316,3 +316,33 @@ def test_check_twins_names_the_difference(tmp_path):
     del other.tensors["output_norm.weight"]
     with pytest.raises(PtiError, match="output_norm.weight is missing in twin B"):
         check_twins(base, other)
+
+
+def test_llama_order_round_trips_through_transformers(smollm2_gguf, tmp_path):
+    """The real SmolLM2 GGUF (written by llama.cpp's converter): transformers turns its Q/K rows
+    back to Hugging Face's order; our safetensors source must give llama.cpp's rows again, bit for bit."""
+    import os
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    from source_helpers import trim_gguf
+    small = tmp_path / "gguf" / "small.gguf"
+    small.parent.mkdir()
+    trim_gguf(smollm2_gguf, small, n_blocks=2)
+    config = AutoConfig.from_pretrained(small.parent, gguf_file=small.name)
+    model = AutoModelForCausalLM.from_config(config)
+    state = load_gguf_checkpoint(str(small), return_tensors=True, model_to_load=model)["tensors"]
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    config.save_pretrained(hf)
+    save_file({k: v.contiguous() for k, v in state.items()}, hf / "model.safetensors")
+    make_tokenizer(hf)        # any tokenizer: only the weights are compared here
+    a, b = open_checkpoint(small), open_checkpoint(hf)
+    assert set(a.tensors) == set(b.tensors) and len(a.tensors) == 2 * 9 + 2
+    for name, src in a.tensors.items():
+        n = src.shape[0]
+        np.testing.assert_array_equal(b.tensors[name].f32_rows(0, n), src.f32_rows(0, n), err_msg=name)
+    # and transformers really holds different (Hugging Face order) rows for Q and K
+    q = state["model.layers.0.self_attn.q_proj.weight"].numpy()
+    assert not np.array_equal(q, a.tensors["blk.0.attn_q.weight"].f32_rows(0, 576))
