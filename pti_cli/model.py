@@ -1,0 +1,211 @@
+"""The llama / qwen2 / qwen3 forward over a batch of sequences: one call = one pass.
+
+    model = Model(SSQFile(path), load_backend("torch"), twins="a")
+    kv = model.new_kv()
+    logits = model.forward([(kv, 0, prompt_ids)])      # float32 [len(prompt_ids), vocab]
+    logits = model.forward([(kv, 0, [next_id]), (kv2, 0, [a, b, c])])   # 4 rows, one pass
+
+`forward(batch)`, batch = list of (kv: KVCache, twin: 0|1, tokens: list[int]):
+every sequence's new tokens are appended at positions kv.length ..; all rows of
+all sequences go through each weight matrix together (rows of twin A first,
+then twin B, through `backend.matmul_twins` when both are present); attention
+runs per sequence over its cache, its new rows seeing each other causally.
+Returns logits, one row per token, in batch order; each kv.length grows by its
+number of tokens.  To drop rejected draft positions: kv.truncate(n).
+
+Batch invariance (a row's logits never depend on the other rows of the pass):
+the matmuls are the backend's (batch-invariant by contract); norms, RoPE and
+the MLP's activation are per row; attention is computed row by row, with
+shapes that depend only on the row's own position.
+
+RoPE: llama GGUFs store Q/K rows permuted for llama.cpp's adjacent-pair
+rotation (ggml's NORM rope), qwen2/qwen3 GGUFs are not permuted and rotate
+the two halves of each head (NEOX).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .config import ModelConfig
+from .errors import PtiError
+from .kv import KVCache
+
+TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
+ROPE_CHUNK = 4096       # positions per RoPE table chunk: every chunk is computed by the same call shape
+
+
+class Model:
+    def __init__(self, ssq, backend, twins: str = "a"):
+        if twins not in TWIN_IDS:
+            raise PtiError(f"--twins must be a, b or ab, got {twins!r}")
+        self.cfg = cfg = ModelConfig.from_ssq(ssq)
+        self.backend = backend
+        self.device = backend.device
+        self.twins = TWIN_IDS[twins]
+        self.context_length = cfg.context_length
+        self.passes = 0                      # forward() calls: one per pass
+        names = [f"blk.{i}.{m}.weight" for i in range(cfg.n_layers)
+                 for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+        names.append("token_embd.weight" if cfg.tied_embeddings else "output.weight")
+        self.mats = {n: backend.load_matrix(ssq, n, twins) for n in names}
+        vec_names = [n for n in ssq.tensor_names if not ssq.is_matrix(n)]
+        self.vecs = {t: {n: self._tensor(ssq.dense(n, t)) for n in vec_names} for t in self.twins}
+        # the embedding table stays int8 + scales; forward dequantises only the rows it gathers
+        self.embd = {}
+        for t in self.twins:
+            if ssq.identical and self.embd:
+                self.embd[t] = next(iter(self.embd.values()))
+                continue
+            q, d = ssq.q8("token_embd.weight", t)
+            self.embd[t] = (torch.from_numpy(q), torch.from_numpy(d.astype("float32")))
+        self._rope_cos = torch.empty(0, cfg.head_dim // 2, device=self.device)
+        self._rope_sin = self._rope_cos
+
+    def _tensor(self, a) -> torch.Tensor:
+        return torch.from_numpy(a).to(self.device, self.backend.act_dtype)
+
+    def new_kv(self, capacity: int = 256) -> KVCache:
+        c = self.cfg
+        return KVCache(c.n_layers, c.n_kv_heads, c.head_dim, c.context_length, capacity,
+                       self.device, self.backend.act_dtype)
+
+    # -- pieces ---------------------------------------------------------
+    def _embed(self, tokens: list[int], twin: int) -> torch.Tensor:
+        q, d = self.embd[twin]
+        ids = torch.tensor(tokens, dtype=torch.long)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab):
+            raise PtiError(f"token id out of range 0..{self.cfg.vocab - 1}")
+        rows = q[ids].float().view(len(tokens), d.shape[1], -1) * d[ids][:, :, None]
+        return rows.view(len(tokens), -1)[:, :self.cfg.hidden].to(self.device, self.backend.act_dtype)
+
+    def _linear(self, x: torch.Tensor, name: str, n_a: int) -> torch.Tensor:
+        """x @ W^T: rows [:n_a] on twin A, the rest on twin B (n_a = -1: all on twin B)."""
+        w = self.mats[name]
+        if n_a == x.shape[0]:
+            return self.backend.matmul(x, w, 0)
+        if n_a == 0:
+            return self.backend.matmul(x, w, 1)
+        ya, yb = self.backend.matmul_twins(x[:n_a], x[n_a:], w)
+        return torch.cat([ya, yb])
+
+    def _vec(self, name: str, n_a: int, n: int) -> torch.Tensor:
+        """A per-twin vector broadcast to the rows: [1, d] for one twin, [n, d] for both."""
+        if n_a == n or n_a == 0:
+            return self.vecs[0 if n_a == n else 1][name][None]
+        a, b = self.vecs[0][name], self.vecs[1][name]
+        return torch.cat([a.expand(n_a, -1), b.expand(n - n_a, -1)])
+
+    def _norm(self, x: torch.Tensor, name: str, n_a: int) -> torch.Tensor:
+        var = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(var + self.cfg.rms_eps) * self._vec(name, n_a, x.shape[0])
+
+    def _rope_table(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin [positions, head_dim/2], grown in fixed chunks (bits independent of growth)."""
+        c = self.cfg
+        while self._rope_cos.shape[0] < n:
+            d = c.head_dim
+            inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+            if c.rope_freq_factors:   # llama3 scaling: llama.cpp divides each frequency by its factor
+                inv_freq = inv_freq / self.vecs[self.twins[0]]["rope_freqs.weight"].cpu()
+            p0 = self._rope_cos.shape[0]
+            pos = torch.arange(p0, p0 + ROPE_CHUNK, dtype=torch.float32) / c.rope_linear_factor
+            freqs = pos[:, None] * inv_freq[None]
+            self._rope_cos = torch.cat([self._rope_cos, freqs.cos().to(self.device)])
+            self._rope_sin = torch.cat([self._rope_sin, freqs.sin().to(self.device)])
+        return self._rope_cos, self._rope_sin
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x [rows, heads, head_dim]; cos/sin [rows, 1, head_dim/2]."""
+        if self.cfg.rope_neox:
+            x1, x2 = x.chunk(2, dim=-1)
+            return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+        xp = x.unflatten(-1, (-1, 2))
+        x1, x2 = xp[..., 0], xp[..., 1]
+        return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+    def _head_norm(self, x: torch.Tensor, name: str, n_a: int) -> torch.Tensor:
+        """qwen3's RMSNorm over each head: x [rows, heads, head_dim]."""
+        var = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(var + self.cfg.rms_eps) * self._vec(name, n_a, x.shape[0])[:, None]
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p0: int) -> torch.Tensor:
+        """Attention of the rows q [n, H, D] at positions p0 .. p0+n-1 over k/v [>= p0+n, Hkv, D].
+
+        Row by row, each over exactly its own prefix: the call shapes depend only
+        on the row's position, never on how many rows the sequence has in the pass."""
+        c = self.cfg
+        n, group = q.shape[0], c.n_heads // c.n_kv_heads
+        out = torch.empty(n, c.n_kv_heads, group, c.head_dim, device=q.device, dtype=q.dtype)
+        qg = q.view(n, c.n_kv_heads, group, c.head_dim)
+        scale = c.head_dim ** -0.5
+        for i in range(n):
+            length = p0 + i + 1
+            kt = k[:length].permute(1, 2, 0)         # [Hkv, D, L]
+            vt = v[:length].transpose(0, 1)          # [Hkv, L, D]
+            scores = torch.bmm(qg[i], kt).mul_(scale)   # [Hkv, group, L]
+            torch.bmm(scores.softmax(-1), vt, out=out[i])
+        return out.view(n, c.q_dim)
+
+    # -- the pass -------------------------------------------------------
+    def forward(self, batch: list[tuple[KVCache, int, list[int]]]) -> torch.Tensor:
+        """One pass; see the module docstring.  Returns float32 logits [rows, vocab] in batch order."""
+        c = self.cfg
+        self.passes += 1
+        for _, twin, tokens in batch:
+            if twin not in self.twins:
+                raise PtiError(f"twin {'AB'[twin] if twin in (0, 1) else twin} is not loaded in this model")
+            if not tokens:
+                raise PtiError("a sequence in the pass has no tokens")
+        # rows of twin A first: the order the matmuls take them in
+        order = sorted(range(len(batch)), key=lambda i: batch[i][1])
+        seqs = [batch[i] for i in order]
+        n_a = sum(len(t) for _, tw, t in seqs if tw == 0)
+        starts = [kv.length for kv, _, _ in seqs]
+        for (kv, _, t), p0 in zip(seqs, starts):
+            kv.reserve(p0 + len(t))
+        pos = torch.tensor([p0 + j for (_, _, t), p0 in zip(seqs, starts) for j in range(len(t))])
+        cos, sin = self._rope_table(int(pos.max()) + 1)
+        cos, sin = cos[pos][:, None], sin[pos][:, None]
+        x = torch.cat([self._embed(t, tw) for _, tw, t in seqs])
+        rows = x.shape[0]
+
+        for i in range(c.n_layers):
+            b = f"blk.{i}."
+            h = self._norm(x, b + "attn_norm.weight", n_a)
+            q, k, v = (self._linear(h, b + f"attn_{m}.weight", n_a) for m in "qkv")
+            if c.qkv_bias:
+                q, k, v = (y + self._vec(b + f"attn_{m}.bias", n_a, rows) for y, m in zip((q, k, v), "qkv"))
+            q = q.view(rows, c.n_heads, c.head_dim)
+            k = k.view(rows, c.n_kv_heads, c.head_dim)
+            if c.qk_norm:
+                q, k = self._head_norm(q, b + "attn_q_norm.weight", n_a), self._head_norm(k, b + "attn_k_norm.weight", n_a)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            v = v.view(rows, c.n_kv_heads, c.head_dim)
+            att = torch.empty(rows, c.q_dim, device=x.device, dtype=x.dtype)
+            r0 = 0
+            for (kv, _, t), p0 in zip(seqs, starts):
+                r1 = r0 + len(t)
+                kv.k[i, p0:p0 + len(t)] = k[r0:r1]
+                kv.v[i, p0:p0 + len(t)] = v[r0:r1]
+                att[r0:r1] = self._attend(q[r0:r1], kv.k[i], kv.v[i], p0)
+                r0 = r1
+            x = x + self._linear(att, b + "attn_output.weight", n_a)
+            h = self._norm(x, b + "ffn_norm.weight", n_a)
+            gate, up = self._linear(h, b + "ffn_gate.weight", n_a), self._linear(h, b + "ffn_up.weight", n_a)
+            x = x + self._linear(F.silu(gate) * up, b + "ffn_down.weight", n_a)
+
+        for (kv, _, t), p0 in zip(seqs, starts):
+            kv.length = p0 + len(t)
+        h = self._norm(x, "output_norm.weight", n_a)
+        logits = self._linear(h, "token_embd.weight" if c.tied_embeddings else "output.weight", n_a).float()
+        if order == list(range(len(batch))):
+            return logits
+        # back to batch order
+        offsets, r = {}, 0
+        for i in order:
+            offsets[i] = r
+            r += len(batch[i][2])
+        index = torch.cat([torch.arange(offsets[i], offsets[i] + len(batch[i][2])) for i in range(len(batch))])
+        return logits[index.to(logits.device)]
