@@ -9,7 +9,9 @@ and quantised here exactly as gguf.quants.quantize(x, Q8_0).
 
 from __future__ import annotations
 
+import hashlib
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,8 @@ from gguf.constants import GGML_QUANT_VERSION
 from .errors import PtiError
 from .ssq import format as F
 from .ssq.quantise import quantize_q8_0
-from .ssq.write import KeyValue, TensorPlan, atomic_output, check_free_space, estimate_size, write_ssq_gguf
+from .ssq.write import (KeyValue, TensorPlan, atomic_output, check_free_space, estimate_size,
+                        patch_string_array, write_ssq_gguf)
 
 ROW_CHUNK_WEIGHTS = 8 << 20      # weights per row chunk and twin: 32 MB as f32
 # Keys of twin A's metadata not copied: the writer sets the architecture, and
@@ -53,6 +56,19 @@ def _q8_rows(src, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
     return q, d.astype(np.float16, copy=False)
 
 
+def _q8_bytes(src, r0: int, r1: int) -> np.ndarray:
+    """Rows [r0, r1) as GGUF Q8_0 bytes uint8 [n, nb*34].  A source that can hand
+    out its stored Q8_0 bytes (optional method q8_raw_rows) skips the split into
+    ints and scales and the re-join: the fast path of packing Q8_0 checkpoints."""
+    raw_rows = getattr(src, "q8_raw_rows", None)
+    raw = raw_rows(r0, r1) if raw_rows is not None else None
+    if raw is not None:
+        if raw.shape != (r1 - r0, F.q8_row_bytes(src.shape[1])):
+            raise PtiError(f"tensor {src.name}: source rows have shape {raw.shape}, expected K={src.shape[1]}")
+        return raw
+    return F.pack_q8(*_q8_rows(src, r0, r1))
+
+
 def _vector_plan(name: str, src) -> TensorPlan:
     n = src.shape[0]
     return TensorPlan(name, (n,), np.float32, None, rows=n, row_bytes=4, chunk_rows=max(n, 1),
@@ -78,16 +94,16 @@ def plan_tensors(a, b) -> list[TensorPlan]:
                 raise PtiError(f"tensor {name}: row length {k} is not a multiple of 32, which Q8_0 needs")
             plans.append(TensorPlan(name, (rows, F.q8_row_bytes(k)), np.uint8, GGMLQuantizationType.Q8_0,
                                     rows=rows, row_bytes=F.q8_row_bytes(k), chunk_rows=chunk,
-                                    fill=lambda r0, r1, sa=sa: F.pack_q8(*_q8_rows(sa, r0, r1))))
+                                    fill=lambda r0, r1, sa=sa: _q8_bytes(sa, r0, r1)))
         else:
             sb = b.tensors[name]
             plans.append(TensorPlan(name, (rows, F.ssq16_row_bytes(k)), np.int8, None,
                                     rows=rows, row_bytes=F.ssq16_row_bytes(k), chunk_rows=chunk,
-                                    fill=lambda r0, r1, sa=sa, sb=sb: F.pack_ssq16(*_q8_rows(sa, r0, r1), *_q8_rows(sb, r0, r1))))
+                                    fill=lambda r0, r1, sa=sa, sb=sb: F.pack_ssq16_q8(_q8_bytes(sa, r0, r1), _q8_bytes(sb, r0, r1))))
     return plans
 
 
-def metadata_kvs(a, b, names: tuple[str, str], identical: bool) -> list[KeyValue]:
+def metadata_kvs(a, b, names: tuple[str, str], identical: bool, sha256: tuple[str, str]) -> list[KeyValue]:
     """Twin A's architecture and tokenizer keys, then the ssq.* keys."""
     S, A = GGUFValueType.STRING, GGUFValueType.ARRAY
     kvs: list[KeyValue] = []
@@ -108,13 +124,65 @@ def metadata_kvs(a, b, names: tuple[str, str], identical: bool) -> list[KeyValue
         (F.KEY_MODE, F.MODE_IDENTICAL if identical else F.MODE_TWIN, GGUFValueType.UINT32, None),
         (F.KEY_IDENTICAL, identical, GGUFValueType.BOOL, None),
         (F.KEY_TWIN_NAMES, list(names), A, S),
-        (F.KEY_SHA256, [a.sha256, sb.sha256], A, S),
+        (F.KEY_SHA256, list(sha256), A, S),
         (F.KEY_SOURCE_KINDS, [a.kind, sb.kind], A, S),
         (F.KEY_TIED, "output.weight" not in a.tensors, GGUFValueType.BOOL, None),
         (F.KEY_TENSOR_NAMES, tensor_names, A, S),
         (F.KEY_TENSOR_SHAPES, shapes, A, S),
     ]
     return kvs
+
+
+PENDING_SHA = ("pending-sha256-of-twin-A".ljust(64, "-"), "pending-sha256-of-twin-B".ljust(64, "-"))
+
+
+def _files(ck) -> list[Path]:
+    return list(getattr(ck, "files", None) or [ck.path])
+
+
+class _Hasher(threading.Thread):
+    """sha256 of a checkpoint's weight files in order (Checkpoint.sha256's definition),
+    in a daemon thread that stops early when the pack fails or is interrupted."""
+
+    def __init__(self, files: list[Path], stop: threading.Event):
+        super().__init__(daemon=True)
+        self.files, self.stop, self.digest, self.error = files, stop, None, None
+
+    def run(self) -> None:
+        try:
+            h = hashlib.sha256()
+            for path in self.files:
+                with open(path, "rb") as f:
+                    while (chunk := f.read(1 << 22)) and not self.stop.is_set():
+                        h.update(chunk)
+            self.digest = h.hexdigest()
+        except OSError as e:
+            self.error = e
+
+    def result(self) -> str:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.digest
+
+
+def same_content(a, b) -> bool:
+    """Whether two checkpoints' weight files hold the same bytes.  Reads both
+    until the first difference (usually within the first chunk)."""
+    fa, fb = _files(a), _files(b)
+    if len(fa) != len(fb) or any(x.stat().st_size != y.stat().st_size for x, y in zip(fa, fb)):
+        return False
+    for x, y in zip(fa, fb):
+        if x.resolve() == y.resolve():
+            continue
+        with open(x, "rb") as p, open(y, "rb") as q:
+            while True:
+                u, v = p.read(1 << 22), q.read(1 << 22)
+                if u != v:
+                    return False
+                if not u:
+                    break
+    return True
 
 
 def _twin_name(path: Path) -> str:
@@ -135,19 +203,30 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
     b = open_checkpoint(Path(b_path)) if b_path is not None else None
     if b is not None:
         check_twins(a, b)
-    identical = b is None or b.sha256 == a.sha256
+    identical = b is None or same_content(a, b)
     names = (name_a or _twin_name(a.path),
              name_b or (_twin_name(b.path) if b is not None else name_a or _twin_name(a.path)))
     plans = plan_tensors(a, None if identical else b)
-    kvs = metadata_kvs(a, b, names, identical)
+    # The sources' sha256s go in the header, but hashing reads every byte once more:
+    # hash in threads (hashlib and file reads release the GIL) while the data are
+    # written, with fixed-length placeholders in the header patched at the end.
+    kvs = metadata_kvs(a, b, names, identical, sha256=PENDING_SHA)
     output = Path(output)
+    stop = threading.Event()
     with atomic_output(output, force) as tmp:
         check_free_space(tmp.parent, estimate_size(kvs, plans))
+        hashers = [_Hasher(_files(a), stop)] + ([] if identical else [_Hasher(_files(b), stop)])
+        for h in hashers:
+            h.start()
         on_start(sum(p.nbytes for p in plans))
         try:
-            write_ssq_gguf(tmp, a.arch, kvs, plans, on_bytes)
+            header_len = write_ssq_gguf(tmp, a.arch, kvs, plans, on_bytes)
+            sha = [h.result() for h in hashers]
+            patch_string_array(tmp, header_len, F.KEY_SHA256, [sha[0], sha[-1]])
         except OSError as e:
             raise PtiError(f"writing {output} failed: {e.strerror or e}") from None
+        finally:
+            stop.set()
         size = tmp.stat().st_size
     return PackResult(output, F.MODE_IDENTICAL if identical else F.MODE_TWIN, identical, size,
                       time.perf_counter() - t0)

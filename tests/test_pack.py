@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -43,6 +44,7 @@ def test_mode16_q8_sources_copied_bit_for_bit(twins, tmp_path):
     assert res.mode == 16 and not res.identical
     f = SSQFile(out)
     assert (f.mode, f.identical, f.twin_names, f.arch) == (16, False, ("base", "tuned"), "llama")
+    assert f.source_sha256 == (hashlib.sha256(a.read_bytes()).hexdigest(), hashlib.sha256(b.read_bytes()).hexdigest())
     assert f.tensor_names == list(wa)
     for name, x in wa.items():
         assert f.logical_shape(name) == x.shape
@@ -107,7 +109,7 @@ def test_identical_twins_dedup(twins, tmp_path):
         res = pack(*args, out)
         f = SSQFile(out)
         assert res.identical and f.identical and f.mode == 8
-        assert f.source_sha256[0] == f.source_sha256[1]
+        assert f.source_sha256 == (hashlib.sha256(a.read_bytes()).hexdigest(),) * 2
         r = gguf.GGUFReader(out)
         assert not any(t.name.endswith(".twin_b") for t in r.tensors)
         for name, x in wa.items():
@@ -165,7 +167,7 @@ def test_atomic_output_on_injected_failure(twins, tmp_path, monkeypatch, exc):
     out = tmp_path / "out" / "t.ssq"
     out.parent.mkdir()
     calls = []
-    real = F.pack_ssq16
+    real = F.pack_ssq16_q8
 
     def failing(*args):
         calls.append(1)
@@ -173,7 +175,7 @@ def test_atomic_output_on_injected_failure(twins, tmp_path, monkeypatch, exc):
             raise exc("injected")
         return real(*args)
 
-    monkeypatch.setattr(pack_mod.F, "pack_ssq16", failing)
+    monkeypatch.setattr(pack_mod.F, "pack_ssq16_q8", failing)
     with pytest.raises(exc):
         pack(a, b, out)
     assert len(calls) == 5

@@ -57,6 +57,7 @@ def test_q8_ssq16_q8_bit_exact_both_twins():
     assert raw.shape == (rows, 3 * 68)
     assert np.array_equal(F.pack_q8(*F.unpack_ssq16(raw, 0)), qa_bytes)
     assert np.array_equal(F.pack_q8(*F.unpack_ssq16(raw, 1)), qb_bytes)
+    assert np.array_equal(F.pack_ssq16_q8(qa_bytes, qb_bytes), raw)      # the direct byte path
     # and the block layout holds for every block: scale_A, scale_B, then (B, A) byte pairs
     blocks = raw.reshape(-1, 68)
     a_blocks, b_blocks = qa_bytes.reshape(-1, 34), qb_bytes.reshape(-1, 34)

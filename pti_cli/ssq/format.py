@@ -67,6 +67,21 @@ def pack_ssq16(qa: np.ndarray, da: np.ndarray, qb: np.ndarray, db: np.ndarray) -
     return out.reshape(rows, nb * SSQ16_BLOCK_BYTES)
 
 
+def pack_ssq16_q8(raw_a: np.ndarray, raw_b: np.ndarray) -> np.ndarray:
+    """The same interleave straight from two twins' Q8_0 bytes uint8 [rows, nb*34]
+    (one strided copy per byte lane, no split into ints and scales first)."""
+    rows = raw_a.shape[0]
+    a = raw_a.reshape(rows, -1, Q8_BLOCK_BYTES)
+    b = raw_b.reshape(rows, -1, Q8_BLOCK_BYTES)
+    nb = a.shape[1]
+    out = np.empty((rows, nb, SSQ16_BLOCK_BYTES), dtype=np.uint8)
+    out[:, :, 0:2] = a[:, :, 0:2]
+    out[:, :, 2:4] = b[:, :, 0:2]
+    out[:, :, 4::2] = b[:, :, 2:]
+    out[:, :, 5::2] = a[:, :, 2:]
+    return out.reshape(rows, nb * SSQ16_BLOCK_BYTES)
+
+
 def unpack_ssq16(raw: np.ndarray, twin: int) -> tuple[np.ndarray, np.ndarray]:
     """One twin's Q8_0 rows back out of mode-16 bytes uint8 [rows, nb*68]:
     (int8 [rows, nb*32], float16 [rows, nb]).  twin 0 = A, 1 = B."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,8 +78,9 @@ def check_free_space(folder: Path, need: int) -> None:
 
 
 def write_ssq_gguf(path: Path, arch: str, kvs: list[KeyValue], tensors: list[TensorPlan],
-                   on_bytes: Callable[[int], None] = lambda n: None) -> None:
-    """Write one GGUF v3 file: kvs as given, tensors streamed through their fill()."""
+                   on_bytes: Callable[[int], None] = lambda n: None) -> int:
+    """Write one GGUF v3 file: kvs as given, tensors streamed through their fill().
+    Returns the offset of the data section (the header's length)."""
     w = GGUFWriter(path, arch)
     for key, val, vtype, sub in kvs:
         w.add_key_value(key, val, vtype, sub)
@@ -90,6 +92,7 @@ def write_ssq_gguf(path: Path, arch: str, kvs: list[KeyValue], tensors: list[Ten
         w.write_ti_data_to_file()
         fout = w.fout[0]
         w.write_padding(fout, fout.tell())
+        data_offset = fout.tell()
         for t in tensors:
             start = fout.tell()
             for r0 in range(0, t.rows, t.chunk_rows):
@@ -101,10 +104,33 @@ def write_ssq_gguf(path: Path, arch: str, kvs: list[KeyValue], tensors: list[Ten
                 on_bytes(chunk.nbytes)
             assert fout.tell() - start == t.nbytes, t.name
             w.write_padding(fout, t.nbytes)
-        fout.flush()
-        os.fsync(fout.fileno())
+        fout.flush()    # no fsync: atomicity against errors and Ctrl-C comes from the rename
     finally:
         w.close()
+    return data_offset
+
+
+def patch_string_array(path: Path, header_len: int, key: str, values: list[str]) -> None:
+    """Overwrite, in place, the items of a string-array key already written in the
+    header with new strings of the same lengths (the sources' sha256s, hashed
+    while the data was being written)."""
+    key_bytes = key.encode()
+    with open(path, "r+b") as f:
+        head = f.read(header_len)
+        at = head.find(struct.pack("<Q", len(key_bytes)) + key_bytes)
+        if at < 0:
+            raise AssertionError(f"key {key} not found in the header")
+        pos = at + 8 + len(key_bytes)
+        vtype, item_type, count = struct.unpack_from("<IIQ", head, pos)
+        assert (vtype, item_type, count) == (GGUFValueType.ARRAY, GGUFValueType.STRING, len(values)), key
+        pos += 16
+        for value in values:
+            (n,) = struct.unpack_from("<Q", head, pos)
+            data = value.encode()
+            assert n == len(data), (key, n, len(data))
+            f.seek(pos + 8)
+            f.write(data)
+            pos += 8 + n
 
 
 @contextmanager
