@@ -232,3 +232,34 @@ def test_one_gib_tensor_under_1_5_gib_peak_rss(tmp_path):
     head = next(t for t in gguf.GGUFReader(src).tensors if t.name == "blk.0.ffn_up.weight").data[:1024]
     assert np.array_equal(raw[:1024], gguf.quants.quantize(np.asarray(head), T.Q8_0))
     assert not raw[-1].any()                                              # the zero tail
+
+
+def test_raw_q8_fast_path_gives_the_same_file(twins, tmp_path, monkeypatch):
+    """A source offering its stored Q8_0 bytes (optional q8_raw_rows) packs to the
+    same bytes as through q8_rows (ints and scales)."""
+    a, b, _, _ = twins
+    slow = tmp_path / "slow.ssq"
+    pack(a, b, slow)
+    pack(a, None, tmp_path / "slow8.ssq")
+    from pti_cli.sources import checkpoint
+    real_open = checkpoint.open_checkpoint
+    calls = []
+
+    def open_with_raw(path):
+        ck = real_open(path)
+        stored = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(path).tensors}
+        for name, src in ck.tensors.items():
+            if len(src.shape) == 2:
+                def raw(r0, r1, name=name):
+                    calls.append(name)
+                    return stored[name][r0:r1]
+                src.q8_raw_rows = raw
+        return ck
+
+    monkeypatch.setattr(checkpoint, "open_checkpoint", open_with_raw)
+    fast = tmp_path / "fast.ssq"
+    pack(a, b, fast)
+    pack(a, None, tmp_path / "fast8.ssq")
+    assert calls
+    assert fast.read_bytes() == slow.read_bytes()
+    assert (tmp_path / "fast8.ssq").read_bytes() == (tmp_path / "slow8.ssq").read_bytes()
