@@ -24,7 +24,7 @@ from gguf.constants import GGML_QUANT_VERSION
 from .errors import PtiError
 from .ssq import format as F
 from .ssq.quantise import quantize_q8_0
-from .ssq.write import (KeyValue, TensorPlan, atomic_output, check_free_space, estimate_size,
+from .ssq.write import (KeyValue, TensorPlan, atomic_output, check_free_space, check_output, estimate_size,
                         patch_string_array, write_ssq_gguf)
 
 ROW_CHUNK_WEIGHTS = 8 << 20      # weights per row chunk and twin: 32 MB as f32
@@ -196,6 +196,7 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
     """Pack A (default: the embedded model) and optionally B into `output`."""
     from .sources.checkpoint import check_twins, open_checkpoint
     t0 = time.perf_counter()
+    check_output(Path(output), force)      # fail before the slow reading of checkpoints
     if a_path is None:
         from .default_model import default_gguf
         a_path = default_gguf()

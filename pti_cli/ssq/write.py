@@ -133,12 +133,10 @@ def patch_string_array(path: Path, header_len: int, key: str, values: list[str])
             pos += 8 + n
 
 
-@contextmanager
-def atomic_output(out: Path, force: bool) -> Iterator[Path]:
-    """Yield a temporary path beside `out`; rename it to `out` if the body succeeds,
-    remove it on any error or KeyboardInterrupt."""
+def check_output(out: Path, force: bool) -> Path:
+    """PtiError unless `out` can be written (an existing file only with force); its folder."""
     out = Path(out)
-    folder = out.parent if str(out.parent) else Path(".")
+    folder = out.parent
     if out.is_dir():
         raise PtiError(f"output {out} is a directory")
     if out.exists() and not force:
@@ -147,7 +145,15 @@ def atomic_output(out: Path, force: bool) -> Iterator[Path]:
         raise PtiError(f"output folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise PtiError(f"output folder {folder} is not writable")
-    tmp = folder / f".{out.name}.{os.getpid()}.tmp"
+    return folder
+
+
+@contextmanager
+def atomic_output(out: Path, force: bool) -> Iterator[Path]:
+    """Yield a temporary path beside `out`; rename it to `out` if the body succeeds,
+    remove it on any error or KeyboardInterrupt."""
+    folder = check_output(out, force)
+    tmp = folder / f".{Path(out).name}.{os.getpid()}.tmp"
     try:
         try:
             tmp.touch()
