@@ -222,131 +222,220 @@ __device__ __forceinline__ uint4 pti_load_x(const unsigned short* __restrict__ x
     return v;
 }
 
-// NTW twins (1 or 2), RG row groups per CTA, MT tiles of 8 activation rows,
-// U blocks per warp per step (loads in flight).  256 threads, 8 warps.
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U>
-__device__ __forceinline__ void pti_mm_tc(
-    const uint4* __restrict__ qa, const unsigned* __restrict__ sa,
-    const uint4* __restrict__ qb, const unsigned* __restrict__ sb,
-    const unsigned short* __restrict__ xa, const unsigned short* __restrict__ xb,
-    void* ya, void* yb, int Ma, int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {
-    constexpr int S = NTW * RG * MT;  // accumulator slots of 4 floats per thread
-    __shared__ __align__(16) float red[8][4][128];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int rg0 = blockIdx.x * RG;
-    float acc[S * 4];
-#pragma unroll
-    for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
+__device__ __forceinline__ void pti_cp16(unsigned dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void pti_cp4(unsigned dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void pti_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void pti_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ uint4 pti_lds16(unsigned a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned pti_lds4(unsigned a) {
+    unsigned v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+    return v;
+}
 
-    for (int b0 = warp; b0 < nb; b0 += 8 * U) {
-        uint4 wv[U][NTW][RG];
-        unsigned sv[U][NTW][RG];
-        uint4 xv[U][NTW][MT];
+struct PtiArgs {
+    const uint4* q[2];
+    const unsigned* s[2];
+    const unsigned short* x[2];
+    void* y[2];
+    int M[2];
+    int N, K, nb, ldx, ldy, vec_ok;
+};
+
+// Per-warp ring slot: U blocks x NTW twins x RG row groups of weights (16 bytes
+// a lane) and scales (4 bytes a lane), and, when XS, the activation fragments
+// (16 bytes a lane).  Each lane copies (cp.async) and later reads back only its
+// own bytes, so no barrier is needed between the copy and the use.
+template <int NTW, int RG, int MT, int U, int XS>
+struct PtiSlot {
+    static constexpr int W = U * NTW * RG * 512;
+    static constexpr int SC = U * NTW * RG * 128;
+    static constexpr int X = XS ? U * NTW * MT * 512 : 0;
+    static constexpr int BYTES = W + SC + X;
+};
+
+template <int NTW, int RG, int MT, int U, int XS>
+__device__ __forceinline__ void pti_issue(unsigned slot, const PtiArgs& a, int unit, int jb, int warp, int lane) {
+    using L = PtiSlot<NTW, RG, MT, U, XS>;
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int b = b0 + 8 * u;
-            if (b < nb) {
+    for (int u = 0; u < U; ++u) {
+        const int b = warp + 8 * (U * jb + u);
+        if (b < a.nb) {
+#pragma unroll
+            for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+                for (int r = 0; r < RG; ++r) {
+                    const int item = (u * NTW + tw) * RG + r;
+                    const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + b;
+                    pti_cp16(slot + item * 512 + lane * 16, (tw ? a.q[1] : a.q[0]) + blk * 32 + lane, 16);
+                    pti_cp4(slot + L::W + item * 128 + lane * 4, (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2));
+                }
+            if (XS && a.vec_ok) {
 #pragma unroll
                 for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
-                    for (int r = 0; r < RG; ++r) {
-                        const pti_u64 blk = (pti_u64)(rg0 + r) * nb + b;
-                        wv[u][tw][r] = pti_ld_stream((tw ? qb : qa) + blk * 32 + lane);
-                        sv[u][tw][r] = __ldg((tw ? sb : sa) + blk * 8 + g);
-                    }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int b = b0 + 8 * u;
-            if (b < nb) {
-#pragma unroll
-                for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-                        xv[u][tw][mt] = pti_load_x(tw ? xb : xa, mt * 8 + g, tw ? Mb : Ma, b * 32 + 8 * t,
-                                                   K, ldx, vec_ok);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int b = b0 + 8 * u;
-            if (b < nb) {
-#pragma unroll
-                for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                    for (int r = 0; r < RG; ++r) {
-                        const uint4 w = wv[u][tw][r];
-                        unsigned g01, g23, g45, g67, h01, h23, h45, h67;  // row g / row g+8
-                        pti_cvt4<TIN>(w.x, g01, g23);
-                        pti_cvt4<TIN>(w.y, g45, g67);
-                        pti_cvt4<TIN>(w.z, h01, h23);
-                        pti_cvt4<TIN>(w.w, h45, h67);
-                        const float d_lo = pti_f16_to_f32((unsigned short)(sv[u][tw][r] & 0xffffu));
-                        const float d_hi = pti_f16_to_f32((unsigned short)(sv[u][tw][r] >> 16));
-#pragma unroll
-                        for (int mt = 0; mt < MT; ++mt) {
-                            const uint4 xx = xv[u][tw][mt];
-                            float c[4] = {0.f, 0.f, 0.f, 0.f};
-                            pti_mma<TIN>(c, g01, h01, g23, h23, xx.x, xx.y);
-                            pti_mma<TIN>(c, g45, h45, g67, h67, xx.z, xx.w);
-                            float* a = acc + ((tw * RG + r) * MT + mt) * 4;
-                            a[0] = __fmaf_rn(d_lo, c[0], a[0]);
-                            a[1] = __fmaf_rn(d_lo, c[1], a[1]);
-                            a[2] = __fmaf_rn(d_hi, c[2], a[2]);
-                            a[3] = __fmaf_rn(d_hi, c[3], a[3]);
-                        }
+                    for (int mt = 0; mt < MT; ++mt) {
+                        const int row = mt * 8 + (lane >> 2), k0 = b * 32 + 8 * (lane & 3);
+                        const bool ok = row < (tw ? a.M[1] : a.M[0]) && k0 < a.K;   // vec_ok: K % 8 == 0
+                        const unsigned short* x = tw ? a.x[1] : a.x[0];
+                        pti_cp16(slot + L::W + L::SC + ((u * NTW + tw) * MT + mt) * 512 + lane * 16,
+                                 ok ? x + (pti_u64)row * a.ldx + k0 : x, ok ? 16 : 0);   // 0: zero-fill
                     }
             }
         }
     }
+}
 
-    // Sum the 8 warps' partial sums in warp order, 4 slots at a time.
+template <int TIN, int NTW, int RG, int MT, int U, int XS>
+__device__ __forceinline__ void pti_compute(unsigned slot, const PtiArgs& a, int jb, int warp, int lane, float* acc) {
+    using L = PtiSlot<NTW, RG, MT, U, XS>;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int b = warp + 8 * (U * jb + u);
+        if (b < a.nb) {
+            uint4 xv[NTW][MT];
+#pragma unroll
+            for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+                    xv[tw][mt] = XS && a.vec_ok
+                        ? pti_lds16(slot + L::W + L::SC + ((u * NTW + tw) * MT + mt) * 512 + lane * 16)
+                        : pti_load_x(tw ? a.x[1] : a.x[0], mt * 8 + (lane >> 2), tw ? a.M[1] : a.M[0],
+                                     b * 32 + 8 * (lane & 3), a.K, a.ldx, a.vec_ok);
+#pragma unroll
+            for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+                for (int r = 0; r < RG; ++r) {
+                    const int item = (u * NTW + tw) * RG + r;
+                    const uint4 w = pti_lds16(slot + item * 512 + lane * 16);
+                    const unsigned sw = pti_lds4(slot + L::W + item * 128 + lane * 4);
+                    unsigned g01, g23, g45, g67, h01, h23, h45, h67;  // row g / row g+8
+                    pti_cvt4<TIN>(w.x, g01, g23);
+                    pti_cvt4<TIN>(w.y, g45, g67);
+                    pti_cvt4<TIN>(w.z, h01, h23);
+                    pti_cvt4<TIN>(w.w, h45, h67);
+                    const float d_lo = pti_f16_to_f32((unsigned short)(sw & 0xffffu));
+                    const float d_hi = pti_f16_to_f32((unsigned short)(sw >> 16));
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        const uint4 xx = xv[tw][mt];
+                        float c[4] = {0.f, 0.f, 0.f, 0.f};
+                        pti_mma<TIN>(c, g01, h01, g23, h23, xx.x, xx.y);
+                        pti_mma<TIN>(c, g45, h45, g67, h67, xx.z, xx.w);
+                        float* p = acc + ((tw * RG + r) * MT + mt) * 4;
+                        p[0] = __fmaf_rn(d_lo, c[0], p[0]);
+                        p[1] = __fmaf_rn(d_lo, c[1], p[1]);
+                        p[2] = __fmaf_rn(d_hi, c[2], p[2]);
+                        p[3] = __fmaf_rn(d_hi, c[3], p[3]);
+                    }
+                }
+        }
+    }
+}
+
+// Sum the 8 warps' partial sums in warp order (4 slots at a time), write the
+// unit's outputs, and zero the accumulators for the next unit.
+template <int TIN, int TOUT, int NTW, int RG, int MT>
+__device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp, int lane, float* acc, float* red) {
+    constexpr int S = NTW * RG * MT;
 #pragma unroll
     for (int s0 = 0; s0 < S; s0 += 4) {
 #pragma unroll
         for (int s = s0; s < s0 + 4 && s < S; ++s)
-            *(float4*)&red[warp][s - s0][lane * 4] =
+            *(float4*)&red[(warp * 4 + s - s0) * 128 + lane * 4] =
                 make_float4(acc[s * 4], acc[s * 4 + 1], acc[s * 4 + 2], acc[s * 4 + 3]);
         __syncthreads();
         const int nslot = S - s0 < 4 ? S - s0 : 4;
         for (int idx = threadIdx.x; idx < nslot * 128; idx += 256) {
             const int sl = idx >> 7, l = (idx >> 2) & 31, c = idx & 3;
-            float v = red[0][sl][idx & 127];
+            float v = red[idx];
 #pragma unroll
-            for (int w = 1; w < 8; ++w) v += red[w][sl][idx & 127];
+            for (int w = 1; w < 8; ++w) v += red[w * 512 + idx];
             const int slot = s0 + sl;
             const int mt = slot % MT, r = (slot / MT) % RG, tw = slot / (MT * RG);
-            const int n = (rg0 + r) * 16 + (l >> 2) + (c >= 2 ? 8 : 0);
+            const int n = (unit * RG + r) * 16 + (l >> 2) + (c >= 2 ? 8 : 0);
             const int m = mt * 8 + 2 * (l & 3) + (c & 1);
-            if (n < N && m < (tw ? Mb : Ma)) pti_store<TIN, TOUT>(tw ? yb : ya, (pti_u64)m * ldy + n, v);
+            // tw is a run-time value here: select, don't index (an indexed struct goes to local memory)
+            if (n < a.N && m < (tw ? a.M[1] : a.M[0]))
+                pti_store<TIN, TOUT>(tw ? a.y[1] : a.y[0], (pti_u64)m * a.ldy + n, v);
         }
         __syncthreads();
     }
+#pragma unroll
+    for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
 }
 
-#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U)                                               \
+// NTW twins (1 or 2), RG row groups per unit, MT tiles of 8 activation rows,
+// U blocks per warp per batch, XS: activations through the ring too, ST ring
+// slots per warp.  256 threads = 8 warps; warp w owns blocks b = w (mod 8) of
+// each unit.  The grid may be smaller than the number of units: a CTA takes
+// units blockIdx.x, + gridDim.x, ...; each warp streams its batches through
+// all of them with ST - 1 batches of cp.async copies in flight, across unit
+// boundaries too.  Dynamic shared memory: 16 KB reduction + 8 rings.
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int XS, int ST>
+__device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
+    using L = PtiSlot<NTW, RG, MT, U, XS>;
+    constexpr int S = NTW * RG * MT;  // accumulator slots of 4 floats per thread
+    extern __shared__ __align__(16) unsigned char pti_smem[];
+    float* red = (float*)pti_smem;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned ring = (unsigned)__cvta_generic_to_shared(pti_smem) + 16384 + warp * ST * L::BYTES;
+    const int units = ((a.N + 31) / 32) * 2 / RG;
+    const int nbat = (a.nb + 8 * U - 1) / (8 * U);
+    const int J = ((units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x) * nbat;
+    float acc[S * 4];
+#pragma unroll
+    for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int st = 0; st < ST - 1; ++st) {
+        if (st < J) pti_issue<NTW, RG, MT, U, XS>(ring + st * L::BYTES, a, blockIdx.x + (st / nbat) * gridDim.x,
+                                                  st % nbat, warp, lane);
+        pti_cp_commit();
+    }
+    for (int j = 0; j < J; ++j) {
+        const int jn = j + ST - 1;
+        if (jn < J) pti_issue<NTW, RG, MT, U, XS>(ring + (jn % ST) * L::BYTES, a, blockIdx.x + (jn / nbat) * gridDim.x,
+                                                  jn % nbat, warp, lane);
+        pti_cp_commit();
+        pti_cp_wait<ST - 1>();   // this lane's copies of batch j have landed
+        const int jb = j % nbat;
+        pti_compute<TIN, NTW, RG, MT, U, XS>(ring + (j % ST) * L::BYTES, a, jb, warp, lane, acc);
+        if (jb == nbat - 1)
+            pti_finish<TIN, TOUT, NTW, RG, MT>(a, blockIdx.x + (j / nbat) * gridDim.x, warp, lane, acc, red);
+    }
+}
+
+#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, XS, ST)                                       \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U>(qa, sa, qb, sb, xa, xb, ya, yb, Ma, Mb, N, K, nb, \
-                                             ldx, ldy, vec_ok);                                \
+        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
+                           N, K, nb, ldx, ldy, vec_ok};                                        \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, XS, ST>(a);                                       \
     }
 
-// Variants: pti_mm_{bf16,f16}_{f32,out}_t{1,2}_r{RG}_m{MT}_u{U}.  The host
-// (pti_cli/backends/cuda.py, TC_VARIANTS) picks one per call from M alone.
-#define PTI_TC_ALL(TAG, TIN, TOUT)                                 \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8)      \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4)      \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4)      \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2)      \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u2, TIN, TOUT, 1, 2, 8, 2)      \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4)      \
-    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2)      \
-    PTI_TC(pti_mm_##TAG##_t2_r2_m2_u2, TIN, TOUT, 2, 2, 2, 2)      \
-    PTI_TC(pti_mm_##TAG##_t2_r2_m4_u1, TIN, TOUT, 2, 2, 4, 1)      \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m8_u1, TIN, TOUT, 2, 1, 8, 1)
+// Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}_x{XS}_s{ST}.  The
+// host (pti_cli/backends/cuda.py) picks one per call from M alone and sizes the
+// dynamic shared memory from the name: 16384 + 8 * ST * slot bytes.
+#define PTI_TC_ALL(TAG, TIN, TOUT)                                          \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_x1_s5, TIN, TOUT, 1, 1, 1, 2, 1, 5)   \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_x1_s4, TIN, TOUT, 1, 1, 1, 4, 1, 4)   \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u2_x1_s4, TIN, TOUT, 1, 2, 2, 2, 1, 4)   \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2_x0_s4, TIN, TOUT, 1, 2, 4, 2, 0, 4)   \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1_x0_s6, TIN, TOUT, 1, 2, 8, 1, 0, 6)   \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_x1_s4, TIN, TOUT, 2, 1, 1, 2, 1, 4)   \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u1_x1_s8, TIN, TOUT, 2, 1, 1, 1, 1, 8)   \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u1_x1_s6, TIN, TOUT, 2, 1, 2, 1, 1, 6)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

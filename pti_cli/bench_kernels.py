@@ -86,6 +86,7 @@ def random_packs(backend, n: int, k: int, copies: int):
 
 def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: str | None = None) -> list[Row]:
     twins = 2 if kind == "ssq16" else 1
+    from .backends.cuda import TWIN_KERNEL_MAX_ROWS
     one = random_packs(backend, n, k, 1)[0]
     copies = max(2, math.ceil(WORKING_SET / (one.nbytes * twins)))
     packs = [one] + random_packs(backend, n, k, copies * twins - 1)
@@ -94,22 +95,27 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
     rows, t1 = [], None
     if variant is not None:   # an explicit variant serves at most 8 rows per tile it has
         from .backends.cuda import split_variant
-        ms = [m for m in ms if m <= 8 * split_variant(variant)[1]]
+        ms = [m for m in ms if m <= 8 * split_variant(variant)["m"]]
     for m in ms:
         xs = [torch.randn(m, k, device=backend.device).to(backend.act_dtype) for _ in range(twins)]
         ys = [torch.empty(m, n, device=backend.device, dtype=backend.act_dtype) for _ in range(twins)]
-        name = backend.kernel_name(twins, m, backend.act_dtype, backend.act_dtype, variant)
+        split = twins == 2 and m > TWIN_KERNEL_MAX_ROWS   # as matmul_twins: two one-twin launches
+        name = backend.kernel_name(1 if split else twins, m, backend.act_dtype, backend.act_dtype, variant)
         if name not in backend.funcs:
             raise PtiError(f"no kernel {name}")
 
         def calls():
             for i in range(reps):
-                backend.launch(sets[i % copies], xs, ys, name)
+                if split:
+                    for tw in range(2):
+                        backend.launch([sets[i % copies][tw]], [xs[tw]], [ys[tw]], name)
+                else:
+                    backend.launch(sets[i % copies], xs, ys, name)
 
         t = _time_graph(calls) / reps
         nbytes = twins * (one.nbytes + 2 * m * k + 2 * m * n)
         t1 = t if m == ms[0] else t1
-        rows.append(Row(kind, n, k, m, name.split("_", 4)[4], t * 1e6, nbytes / t / 1e9, 100 * nbytes / t / denom,
+        rows.append(Row(kind, n, k, m, name.split("_", 4)[4] + (" x2" if split else ""), t * 1e6, nbytes / t / 1e9, 100 * nbytes / t / denom,
                         t / t1))
     del sets, packs
     torch.cuda.empty_cache()

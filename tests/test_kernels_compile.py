@@ -18,7 +18,12 @@ def test_nvrtc_compiles_and_caches(tmp_path, monkeypatch):
     first = cached_binary("cuda", "sm_90")
     assert not first.cached and first.binary[:4] == b"\x7fELF"      # a CUBIN, not PTX
     res = first.resources
-    assert "pti_mm_bf16_f32_t1_r1_m1_u8" in res and "pti_mmg_f16_out_t2" in res and "pti_stream_read" in res
+    from pti_cli.backends.cuda import EXTRA_VARIANTS, TC_VARIANTS
+    variants = [v for vs in TC_VARIANTS.values() for _, v in vs] + list(EXTRA_VARIANTS)
+    for tag in ("bf16_f32", "bf16_out", "f16_f32", "f16_out"):   # every kernel the host may launch
+        assert all(f"pti_mm_{tag}_{v}" in res for v in variants)
+        assert f"pti_mmg_{tag}_t1" in res and f"pti_mmg_{tag}_t2" in res
+    assert "pti_stream_read" in res
     for name, r in res.items():
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, name
     again = cached_binary("cuda", "sm_90")

@@ -27,11 +27,15 @@ MAX_ROWS = 64          # rows per launch (8 tiles of 8)
 THREADS = 256
 TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 
-# (twins, max rows) -> kernel suffix "t{twins}_r{row groups per CTA}_m{tiles}_u{unroll}"
+# (twins, max rows) -> kernel suffix "t{twins}_r{row groups per unit}_m{row tiles}_u{blocks per batch}
+# _x{activations through the ring}_s{ring slots}" (kernels/pti_kernel.hip).  Twins with more than
+# 16 rows go as two one-twin launches: the same bytes, and the same per-row arithmetic.
 TC_VARIANTS = {
-    1: ((8, "t1_r1_m1_u8"), (16, "t1_r2_m2_u4"), (32, "t1_r2_m4_u2"), (64, "t1_r2_m8_u2")),
-    2: ((8, "t2_r1_m1_u4"), (16, "t2_r2_m2_u2"), (32, "t2_r2_m4_u1"), (64, "t2_r1_m8_u1")),
+    1: ((8, "t1_r1_m1_u2_x1_s5"), (16, "t1_r2_m2_u2_x1_s4"), (32, "t1_r2_m4_u2_x0_s4"), (64, "t1_r2_m8_u1_x0_s6")),
+    2: ((8, "t2_r1_m1_u2_x1_s4"), (16, "t2_r1_m2_u1_x1_s6")),
 }
+EXTRA_VARIANTS = ("t1_r1_m1_u4_x1_s4", "t2_r1_m1_u1_x1_s8")   # compared by `pti bench --kernels`
+TWIN_KERNEL_MAX_ROWS = 16
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
@@ -61,10 +65,16 @@ def variant_for(twins: int, m: int) -> str:
     raise AssertionError(m)
 
 
-def split_variant(name: str) -> tuple[int, int]:
-    """'t1_r2_m4_u2' -> (row groups per CTA, row tiles)."""
-    parts = dict((p[0], int(p[1:])) for p in name.split("_"))
-    return parts["r"], parts["m"]
+def split_variant(name: str) -> dict[str, int]:
+    """'t1_r2_m4_u2_x0_s4' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'x': 0, 's': 4}."""
+    return {p[0]: int(p[1:]) for p in name.split("_")}
+
+
+def tc_smem_bytes(variant: str) -> int:
+    """Dynamic shared memory of a tensor-core kernel: the reduction plus 8 warps' rings."""
+    v = split_variant(variant)
+    slot = v["u"] * v["t"] * v["r"] * (512 + 128) + (v["u"] * v["t"] * v["m"] * 512 if v["x"] else 0)
+    return 16384 + 8 * v["s"] * slot
 
 
 class KernelBackend(Backend):
@@ -83,6 +93,8 @@ class KernelBackend(Backend):
         self.act_dtype = act_dtype
         self.generic = generic
         self.funcs: dict[str, object] = {}
+        self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
+        self.max_grid: dict[str, int] = {}   # CTAs resident at once (persistent kernels)
         self._load_module()
 
     # -- loading weights ---------------------------------------------------
@@ -129,7 +141,8 @@ class KernelBackend(Backend):
                      outs: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Twin A's rows xa and twin B's rows xb in one read of both twins' weights."""
         oa, ob = outs or (None, None)
-        if xb.shape[0] == 0 or xa.shape[0] == 0 or len(w.packs) == 1:
+        if xb.shape[0] == 0 or xa.shape[0] == 0 or len(w.packs) == 1 or \
+                max(xa.shape[0], xb.shape[0]) > TWIN_KERNEL_MAX_ROWS:
             # one twin's rows only, or one model: per-twin calls read only what they need
             # (for one model, concatenating the rows would save a read but break `outs`)
             if len(w.packs) == 1 and xa.shape[0] and xb.shape[0] and outs is None:
@@ -176,7 +189,7 @@ class KernelBackend(Backend):
         """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin."""
         p0 = packs[0]
         g, nb = p0.q.shape[:2]
-        rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])[0]
+        rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
         ms = [x.shape[0] for x in xs] + [0]
         ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
         vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
@@ -187,7 +200,7 @@ class KernelBackend(Backend):
                 ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
                 ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows, vec_ok)
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
-        return g // rg, vals, types
+        return min(g // rg, self.max_grid.get(name, g)), vals, types
 
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
@@ -227,20 +240,29 @@ class CudaBackend(KernelBackend):
             _cu(driver.cuInit(0), "cuInit")
             self.compiled = cached_binary("cuda", self.arch)
             self.module = _cu(driver.cuModuleLoadData(self.compiled.binary), "cuModuleLoadData")
-            names = ["pti_stream_read"] + [self.kernel_name(t, m, a, o) for t in (1, 2) for m in (1, 9, 17, 33)
-                                           for a in ACT_TAGS for o in (a, torch.float32)]
+            names = ["pti_stream_read"] + [f"pti_mmg_{ACT_TAGS[a]}_{o}_t{t}" for t in (1, 2) for a in ACT_TAGS
+                                           for o in ("f32", "out")]
             if not self.generic:
-                names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
-                          for vs in TC_VARIANTS.values() for _, v in vs] + \
-                         [f"pti_mm_{ACT_TAGS[a]}_{o}_t1_r2_m1_u4" for a in ACT_TAGS for o in ("f32", "out")] + \
-                         [f"pti_mm_{ACT_TAGS[a]}_{o}_t2_r2_m1_u2" for a in ACT_TAGS for o in ("f32", "out")]
-            for n in set(names):
-                self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
+                variants = [v for vs in TC_VARIANTS.values() for _, v in vs] + list(EXTRA_VARIANTS)
+                names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out") for v in variants]
+            sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            for n in names:
+                f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
+                if n.startswith("pti_mm_"):
+                    smem = self.smem[n] = tc_smem_bytes(n.split("_", 4)[4])
+                    _cu(driver.cuFuncSetAttribute(f, attr, smem), f"cuFuncSetAttribute {n}")
+                    per_sm = _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, smem),
+                                 f"occupancy {n}")
+                    if per_sm < 1:
+                        raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
+                    self.max_grid[n] = per_sm * sms
 
     def launch(self, packs, xs, ys, name: str) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        _cu(self._drv.cuLaunchKernel(self.funcs[name], grid, 1, 1, THREADS, 1, 1, 0, self._drv.CUstream(stream),
+        _cu(self._drv.cuLaunchKernel(self.funcs[name], grid, 1, 1, THREADS, 1, 1, self.smem.get(name, 0),
+                                     self._drv.CUstream(stream),
                                      (vals, types), 0),
             f"launch {name}")
 
