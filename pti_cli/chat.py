@@ -48,9 +48,17 @@ def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: b
                       sort_keys=sort_keys)
 
 
+class _Sandbox(ImmutableSandboxedEnvironment):
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        # jinja's default hands back an Undefined that prints as ""; a template
+        # reaching for Python internals is refused outright instead.
+        raise SecurityError(f"access to attribute {attribute!r} of a "
+                            f"{type(obj).__name__!r} object is unsafe")
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     # the settings templates are written for (those of transformers' apply_chat_template)
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False,
+    env = _Sandbox(trim_blocks=True, lstrip_blocks=True, autoescape=False,
                                         extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -91,7 +99,11 @@ def render_chat(template: str, messages: list[dict[str, str]], bos_token: str = 
 
 def apply_chat_template(meta: dict[str, Any], messages: list[dict[str, str]], tokenizer=None,
                         add_generation_prompt: bool = True) -> str:
-    """Render the model file's own template; bos/eos texts come from its tokenizer."""
+    """Render the model file's own template; bos/eos texts come from its tokenizer.
+
+    When the tokenizer adds BOS itself (tokenizer.ggml.add_bos_token), a BOS text
+    the template wrote at the start is dropped, as llama.cpp does, so encoding
+    the result with add_bos=None gives one BOS, not two."""
     template = chat_template(meta)
     if template is None:
         raise PtiError("this model has no chat template; use --raw")
@@ -99,5 +111,8 @@ def apply_chat_template(meta: dict[str, Any], messages: list[dict[str, str]], to
     if tokenizer is not None:
         bos = tokenizer.tokens[tokenizer.bos_id] if tokenizer.bos_id is not None else ""
         eos = tokenizer.tokens[tokenizer.eos_id] if tokenizer.eos_id is not None else ""
-    return render_chat(template, messages, bos_token=bos, eos_token=eos,
+    text = render_chat(template, messages, bos_token=bos, eos_token=eos,
                        add_generation_prompt=add_generation_prompt)
+    if tokenizer is not None and tokenizer.add_bos and bos and text.startswith(bos):
+        text = text[len(bos):]
+    return text
