@@ -295,6 +295,39 @@ __device__ __forceinline__ void pti_issue(unsigned slot, const PtiArgs& a, int u
     }
 }
 
+// The arithmetic of one block (32 columns) for RG row groups of NTW twins and
+// MT tiles of 8 activation rows: two chained MMAs per (row group, tile), then
+// acc = fma(scale, block sum, acc).  Every kernel variant calls exactly this.
+template <int TIN, int NTW, int RG, int MT>
+__device__ __forceinline__ void pti_block(const uint4 (&wv)[NTW][RG], const unsigned (&sv)[NTW][RG],
+                                          const uint4 (&xv)[NTW][MT], float* acc) {
+#pragma unroll
+    for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+        for (int r = 0; r < RG; ++r) {
+            const uint4 w = wv[tw][r];
+            unsigned g01, g23, g45, g67, h01, h23, h45, h67;  // row g / row g+8
+            pti_cvt4<TIN>(w.x, g01, g23);
+            pti_cvt4<TIN>(w.y, g45, g67);
+            pti_cvt4<TIN>(w.z, h01, h23);
+            pti_cvt4<TIN>(w.w, h45, h67);
+            const float d_lo = pti_f16_to_f32((unsigned short)(sv[tw][r] & 0xffffu));
+            const float d_hi = pti_f16_to_f32((unsigned short)(sv[tw][r] >> 16));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const uint4 xx = xv[tw][mt];
+                float c[4] = {0.f, 0.f, 0.f, 0.f};
+                pti_mma<TIN>(c, g01, h01, g23, h23, xx.x, xx.y);
+                pti_mma<TIN>(c, g45, h45, g67, h67, xx.z, xx.w);
+                float* p = acc + ((tw * RG + r) * MT + mt) * 4;
+                p[0] = __fmaf_rn(d_lo, c[0], p[0]);
+                p[1] = __fmaf_rn(d_lo, c[1], p[1]);
+                p[2] = __fmaf_rn(d_hi, c[2], p[2]);
+                p[3] = __fmaf_rn(d_hi, c[3], p[3]);
+            }
+        }
+}
+
 template <int TIN, int NTW, int RG, int MT, int U, int XS>
 __device__ __forceinline__ void pti_compute(unsigned slot, const PtiArgs& a, int jb, int warp, int lane, float* acc) {
     using L = PtiSlot<NTW, RG, MT, U, XS>;
@@ -302,7 +335,8 @@ __device__ __forceinline__ void pti_compute(unsigned slot, const PtiArgs& a, int
     for (int u = 0; u < U; ++u) {
         const int b = warp + 8 * (U * jb + u);
         if (b < a.nb) {
-            uint4 xv[NTW][MT];
+            uint4 xv[NTW][MT], wv[NTW][RG];
+            unsigned sv[NTW][RG];
 #pragma unroll
             for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
@@ -316,28 +350,10 @@ __device__ __forceinline__ void pti_compute(unsigned slot, const PtiArgs& a, int
 #pragma unroll
                 for (int r = 0; r < RG; ++r) {
                     const int item = (u * NTW + tw) * RG + r;
-                    const uint4 w = pti_lds16(slot + item * 512 + lane * 16);
-                    const unsigned sw = pti_lds4(slot + L::W + item * 128 + lane * 4);
-                    unsigned g01, g23, g45, g67, h01, h23, h45, h67;  // row g / row g+8
-                    pti_cvt4<TIN>(w.x, g01, g23);
-                    pti_cvt4<TIN>(w.y, g45, g67);
-                    pti_cvt4<TIN>(w.z, h01, h23);
-                    pti_cvt4<TIN>(w.w, h45, h67);
-                    const float d_lo = pti_f16_to_f32((unsigned short)(sw & 0xffffu));
-                    const float d_hi = pti_f16_to_f32((unsigned short)(sw >> 16));
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        const uint4 xx = xv[tw][mt];
-                        float c[4] = {0.f, 0.f, 0.f, 0.f};
-                        pti_mma<TIN>(c, g01, h01, g23, h23, xx.x, xx.y);
-                        pti_mma<TIN>(c, g45, h45, g67, h67, xx.z, xx.w);
-                        float* p = acc + ((tw * RG + r) * MT + mt) * 4;
-                        p[0] = __fmaf_rn(d_lo, c[0], p[0]);
-                        p[1] = __fmaf_rn(d_lo, c[1], p[1]);
-                        p[2] = __fmaf_rn(d_hi, c[2], p[2]);
-                        p[3] = __fmaf_rn(d_hi, c[3], p[3]);
-                    }
+                    wv[tw][r] = pti_lds16(slot + item * 512 + lane * 16);
+                    sv[tw][r] = pti_lds4(slot + L::W + item * 128 + lane * 4);
                 }
+            pti_block<TIN, NTW, RG, MT>(wv, sv, xv, acc);
         }
     }
 }
@@ -395,24 +411,93 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     float acc[S * 4];
 #pragma unroll
     for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
+    int unit_i = blockIdx.x, jb_i = 0;   // the issue stream's position
+    int unit_c = blockIdx.x, jb_c = 0;   // the compute stream's position
 #pragma unroll
     for (int st = 0; st < ST - 1; ++st) {
-        if (st < J) pti_issue<NTW, RG, MT, U, XS>(ring + st * L::BYTES, a, blockIdx.x + (st / nbat) * gridDim.x,
-                                                  st % nbat, warp, lane);
+        if (st < J) {
+            pti_issue<NTW, RG, MT, U, XS>(ring + st * L::BYTES, a, unit_i, jb_i, warp, lane);
+            if (++jb_i == nbat) { jb_i = 0; unit_i += gridDim.x; }
+        }
         pti_cp_commit();
     }
+    int slot_i = ST - 1, slot_c = 0;
     for (int j = 0; j < J; ++j) {
-        const int jn = j + ST - 1;
-        if (jn < J) pti_issue<NTW, RG, MT, U, XS>(ring + (jn % ST) * L::BYTES, a, blockIdx.x + (jn / nbat) * gridDim.x,
-                                                  jn % nbat, warp, lane);
+        if (j + ST - 1 < J) {
+            pti_issue<NTW, RG, MT, U, XS>(ring + slot_i * L::BYTES, a, unit_i, jb_i, warp, lane);
+            if (++jb_i == nbat) { jb_i = 0; unit_i += gridDim.x; }
+        }
+        slot_i = slot_i + 1 == ST ? 0 : slot_i + 1;
         pti_cp_commit();
         pti_cp_wait<ST - 1>();   // this lane's copies of batch j have landed
-        const int jb = j % nbat;
-        pti_compute<TIN, NTW, RG, MT, U, XS>(ring + (j % ST) * L::BYTES, a, jb, warp, lane, acc);
-        if (jb == nbat - 1)
-            pti_finish<TIN, TOUT, NTW, RG, MT>(a, blockIdx.x + (j / nbat) * gridDim.x, warp, lane, acc, red);
+        pti_compute<TIN, NTW, RG, MT, U, XS>(ring + slot_c * L::BYTES, a, jb_c, warp, lane, acc);
+        slot_c = slot_c + 1 == ST ? 0 : slot_c + 1;
+        if (++jb_c == nbat) {
+            pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit_c, warp, lane, acc, red);
+            jb_c = 0;
+            unit_c += gridDim.x;
+        }
     }
 }
+
+// The plain variant ("_rl"): one unit per CTA (grid = units), U blocks per warp
+// loaded into registers at once, then computed; latency is hidden by other
+// warps and CTAs only.  Same per-element arithmetic as the ring kernel.
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U>
+__device__ __forceinline__ void pti_mm_rl(const PtiArgs& a) {
+    constexpr int S = NTW * RG * MT;
+    extern __shared__ __align__(16) unsigned char pti_smem[];
+    float* red = (float*)pti_smem;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int unit = blockIdx.x;
+    float acc[S * 4];
+#pragma unroll
+    for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
+    for (int b0 = warp; b0 < a.nb; b0 += 8 * U) {
+        uint4 wv[U][NTW][RG], xv[U][NTW][MT];
+        unsigned sv[U][NTW][RG];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int b = b0 + 8 * u;
+            if (b < a.nb) {
+#pragma unroll
+                for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+                    for (int r = 0; r < RG; ++r) {
+                        const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + b;
+                        wv[u][tw][r] = pti_ld_stream((tw ? a.q[1] : a.q[0]) + blk * 32 + lane);
+                        sv[u][tw][r] = __ldg((tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2));
+                    }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int b = b0 + 8 * u;
+            if (b < a.nb) {
+#pragma unroll
+                for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+                        xv[u][tw][mt] = pti_load_x(tw ? a.x[1] : a.x[0], mt * 8 + (lane >> 2), tw ? a.M[1] : a.M[0],
+                                                   b * 32 + 8 * (lane & 3), a.K, a.ldx, a.vec_ok);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (b0 + 8 * u < a.nb) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc);
+    }
+    pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, red);
+}
+
+#define PTI_RL(NAME, TIN, TOUT, NTW, RG, MT, U)                                              \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
+        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
+        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
+        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
+                           N, K, nb, ldx, ldy, vec_ok};                                        \
+        pti_mm_rl<TIN, TOUT, NTW, RG, MT, U>(a);                                               \
+    }
 
 #define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, XS, ST)                                       \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
@@ -429,13 +514,20 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 // dynamic shared memory from the name: 16384 + 8 * ST * slot bytes.
 #define PTI_TC_ALL(TAG, TIN, TOUT)                                          \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_x1_s5, TIN, TOUT, 1, 1, 1, 2, 1, 5)   \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_x1_s4, TIN, TOUT, 1, 1, 1, 4, 1, 4)   \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_x0_s6, TIN, TOUT, 1, 1, 1, 2, 0, 6)   \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u2_x1_s4, TIN, TOUT, 1, 2, 1, 2, 1, 4)   \
     PTI_TC(pti_mm_##TAG##_t1_r2_m2_u2_x1_s4, TIN, TOUT, 1, 2, 2, 2, 1, 4)   \
     PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2_x0_s4, TIN, TOUT, 1, 2, 4, 2, 0, 4)   \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1_x0_s6, TIN, TOUT, 1, 2, 8, 1, 0, 6)   \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_x1_s4, TIN, TOUT, 2, 1, 1, 2, 1, 4)   \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u1_x1_s8, TIN, TOUT, 2, 1, 1, 1, 1, 8)   \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u1_x1_s6, TIN, TOUT, 2, 1, 2, 1, 1, 6)
+    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u1_x1_s6, TIN, TOUT, 2, 1, 2, 1, 1, 6)   \
+    PTI_RL(pti_mm_##TAG##_t1_r1_m1_u8_rl, TIN, TOUT, 1, 1, 1, 8)            \
+    PTI_RL(pti_mm_##TAG##_t1_r2_m1_u4_rl, TIN, TOUT, 1, 2, 1, 4)            \
+    PTI_RL(pti_mm_##TAG##_t1_r2_m2_u4_rl, TIN, TOUT, 1, 2, 2, 4)            \
+    PTI_RL(pti_mm_##TAG##_t1_r2_m4_u2_rl, TIN, TOUT, 1, 2, 4, 2)            \
+    PTI_RL(pti_mm_##TAG##_t1_r2_m8_u2_rl, TIN, TOUT, 1, 2, 8, 2)            \
+    PTI_RL(pti_mm_##TAG##_t2_r2_m1_u2_rl, TIN, TOUT, 2, 2, 1, 2)            \
+    PTI_RL(pti_mm_##TAG##_t2_r1_m1_u4_rl, TIN, TOUT, 2, 1, 1, 4)            \
+    PTI_RL(pti_mm_##TAG##_t2_r2_m2_u2_rl, TIN, TOUT, 2, 2, 2, 2)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

@@ -95,7 +95,7 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
     rows, t1 = [], None
     if variant is not None:   # an explicit variant serves at most 8 rows per tile it has
         from .backends.cuda import split_variant
-        ms = [m for m in ms if m <= 8 * split_variant(variant)["m"]]
+        ms = [m for m in ms if m <= 8 * split_variant(variant)["m"] and m in (1, 8, 16, 32, 64)]
     for m in ms:
         xs = [torch.randn(m, k, device=backend.device).to(backend.act_dtype) for _ in range(twins)]
         ys = [torch.empty(m, n, device=backend.device, dtype=backend.act_dtype) for _ in range(twins)]

@@ -31,10 +31,12 @@ TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 # _x{activations through the ring}_s{ring slots}" (kernels/pti_kernel.hip).  Twins with more than
 # 16 rows go as two one-twin launches: the same bytes, and the same per-row arithmetic.
 TC_VARIANTS = {
-    1: ((8, "t1_r1_m1_u2_x1_s5"), (16, "t1_r2_m2_u2_x1_s4"), (32, "t1_r2_m4_u2_x0_s4"), (64, "t1_r2_m8_u1_x0_s6")),
-    2: ((8, "t2_r1_m1_u2_x1_s4"), (16, "t2_r1_m2_u1_x1_s6")),
+    1: ((8, "t1_r2_m1_u4_rl"), (16, "t1_r2_m2_u4_rl"), (32, "t1_r2_m4_u2_rl"), (64, "t1_r2_m8_u2_rl")),
+    2: ((8, "t2_r2_m1_u2_rl"), (16, "t2_r2_m2_u2_rl")),
 }
-EXTRA_VARIANTS = ("t1_r1_m1_u4_x1_s4", "t2_r1_m1_u1_x1_s8")   # compared by `pti bench --kernels`
+EXTRA_VARIANTS = ("t1_r1_m1_u2_x1_s5", "t1_r1_m1_u2_x0_s6", "t1_r2_m1_u2_x1_s4", "t1_r2_m2_u2_x1_s4",
+                  "t1_r2_m4_u2_x0_s4", "t2_r1_m1_u2_x1_s4", "t2_r1_m2_u1_x1_s6", "t1_r1_m1_u8_rl",
+                  "t2_r1_m1_u4_rl")   # compared by `pti bench --kernels --kernel-variants`
 TWIN_KERNEL_MAX_ROWS = 16
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -66,13 +68,19 @@ def variant_for(twins: int, m: int) -> str:
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2_x0_s4' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'x': 0, 's': 4}."""
-    return {p[0]: int(p[1:]) for p in name.split("_")}
+    """'t1_r2_m4_u2_x0_s4' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'x': 0, 's': 4}; '_rl' (plain
+    kernel: one unit per CTA, register loads) -> 's': 0."""
+    v = {p[0]: int(p[1:]) for p in name.split("_") if p != "rl"}
+    v.setdefault("s", 0)
+    v.setdefault("x", 0)
+    return v
 
 
 def tc_smem_bytes(variant: str) -> int:
     """Dynamic shared memory of a tensor-core kernel: the reduction plus 8 warps' rings."""
     v = split_variant(variant)
+    if v["s"] == 0:
+        return 16384
     slot = v["u"] * v["t"] * v["r"] * (512 + 128) + (v["u"] * v["t"] * v["m"] * 512 if v["x"] else 0)
     return 16384 + 8 * v["s"] * slot
 
@@ -256,7 +264,8 @@ class CudaBackend(KernelBackend):
                                  f"occupancy {n}")
                     if per_sm < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
-                    self.max_grid[n] = per_sm * sms
+                    if not n.endswith("_rl"):   # ring kernels are persistent: no more CTAs than fit
+                        self.max_grid[n] = per_sm * sms
 
     def launch(self, packs, xs, ys, name: str) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys)
