@@ -9,6 +9,6 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 python3 -c "import torch; from cuda.bindings import nvrtc; print('torch', torch.__version__, 'nvrtc', nvrtc.nvrtcVersion()[1:])" | tee -a "$OUT/env.txt"
 python3 -m pip list 2>/dev/null | grep -i -E '^(cuda|nvidia-cuda-nvrtc)' | tee -a "$OUT/env.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -40
+  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider ${PYTEST_ARGS:-tests/gpu} 2>&1 | tee "$OUT/pytest.log" | tail -40
 fi
 timeout ${BENCH_TIMEOUT:-240} python3 -c "from pti_cli.cli import main; main()" bench --kernels --json "$OUT/bench.json" ${VARIANTS:+--kernel-variants $VARIANTS} 2>&1 | tee "$OUT/bench.log"
