@@ -216,3 +216,15 @@ def test_decode_rejects_ids_outside_the_vocabulary(tokenizer_for):
     tok = tokenizer_for("smollm2")
     with pytest.raises(PtiError, match="outside the vocabulary"):
         tok.decode([tok.vocab_size])
+
+
+@pytest.mark.parametrize("name", ["smollm2", "llama-bpe", "qwen2", "deepseek-coder", "falcon"])
+def test_fixtures_catch_a_wrong_pre_tokenizer(name, tokenizer_for, tmp_path):
+    """The fixtures can fail: the plain GPT-2 regex in place of the file's own
+    pre-tokenizer type disagrees with llama.cpp on many strings."""
+    tokenizer_for(name)  # metadata cached by now
+    meta = dict(_METADATA[name], **{"tokenizer.ggml.pre": "gpt-2"})
+    wrong_pre = Tokenizer.from_metadata(meta)
+    cases = load_fixture(name)["cases"]
+    differ = sum(wrong_pre.encode(c["text"], add_bos=False) != c["ids"]["bos0_sp1"] for c in cases)
+    assert differ >= 20, differ
