@@ -74,3 +74,35 @@ def assert_logits_close(got: torch.Tensor, want: torch.Tensor, rel: float = 1e-4
     scale = float(want.abs().max())
     err = float((got - want).abs().max())
     assert err <= rel * scale, f"max |diff| {err:.3g} > {rel:g} x logit scale {scale:.3g}"
+
+
+def packed_default_model(tmp_path_factory, smollm2_gguf) -> Path:
+    """The default model (SmolLM2) packed with pti's pack, once per test session."""
+    from pti_cli.pack import pack
+    out = tmp_path_factory.getbasetemp() / "smollm2-default.ssq"
+    if not out.exists():
+        pack(Path(smollm2_gguf), None, out)
+    return out
+
+
+def llama_config_from_gguf_keys(md: dict, vocab: int):
+    """A transformers LlamaConfig from the GGUF keys themselves (not through pti's ModelConfig)."""
+    from transformers import LlamaConfig
+    a = "llama."
+    return LlamaConfig(
+        vocab_size=vocab, hidden_size=md[a + "embedding_length"], intermediate_size=md[a + "feed_forward_length"],
+        num_hidden_layers=md[a + "block_count"], num_attention_heads=md[a + "attention.head_count"],
+        num_key_value_heads=md[a + "attention.head_count_kv"], rms_norm_eps=md[a + "attention.layer_norm_rms_epsilon"],
+        rope_theta=md[a + "rope.freq_base"], max_position_embeddings=md[a + "context_length"],
+        tie_word_embeddings=True)
+
+
+class ArraySSQ:
+    """Just enough of SSQFile for a backend's load_matrix: identical twins, given float32 matrices."""
+    identical = True
+
+    def __init__(self, mats: dict[str, np.ndarray]):
+        self.mats = mats
+
+    def dense(self, name: str, twin: int) -> np.ndarray:
+        return self.mats[name]

@@ -250,3 +250,27 @@ def test_backend_matmul_is_exact_product(tiny):
     for m in (1, be.tile_rows - 1, be.tile_rows, be.tile_rows + 1, 3 * be.tile_rows + 2):
         x = torch.randn(m, wt.shape[1])
         np.testing.assert_allclose(be.matmul(x, w, 0).double(), x.double() @ wt.t(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory, smollm2_gguf):
+    from model_helpers import packed_default_model
+    ssq = SSQFile(packed_default_model(tmp_path_factory, smollm2_gguf))
+    return ssq, Model(ssq, TorchRefBackend())
+
+
+def test_smollm2_matches_transformers(smollm2):
+    """The default model against transformers' LlamaConfig built from the GGUF keys,
+    holding the same dequantised weights (tied embeddings)."""
+    from model_helpers import llama_config_from_gguf_keys
+    ssq, model = smollm2
+    assert model.cfg.tied_embeddings and model.cfg.n_layers == 30 and model.cfg.vocab == 49152
+    ref = hf_reference(ssq, llama_config_from_gguf_keys(ssq.metadata, ssq.logical_shape("token_embd.weight")[0]))
+    rng = random.Random()
+    prompt = [1] + [rng.randrange(2, 49152) for _ in range(rng.randint(8, 16))]
+    want = hf_logits(ref, prompt)
+    kv = model.new_kv()
+    got = torch.cat([model.forward([(kv, 0, prompt[:-3])]), model.forward([(kv, 0, prompt[-3:-1])]),
+                     model.forward([(kv, 0, prompt[-1:])])])
+    assert_logits_close(got, want)
+    assert float(want.abs().max()) > 5      # a trained model's logits, not a degenerate load
