@@ -228,3 +228,23 @@ def test_fixtures_catch_a_wrong_pre_tokenizer(name, tokenizer_for, tmp_path):
     cases = load_fixture(name)["cases"]
     differ = sum(wrong_pre.encode(c["text"], add_bos=False) != c["ids"]["bos0_sp1"] for c in cases)
     assert differ >= 20, differ
+
+
+def test_stream_decoder_across_spm_byte_tokens(tokenizer_for):
+    """SPM spells characters it has no token for as <0xXX> byte tokens, one per byte."""
+    tok = tokenizer_for("llama-spm")
+    text = "🤖 says 👨‍👩‍👧 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"
+    ids = tok.encode(text, add_bos=False, parse_special=False)
+    byte_tokens = [i for i in ids if tok.tokens[i].startswith("<0x")]
+    assert len(byte_tokens) >= 8
+    stream = StreamDecoder(tok)
+    parts = [stream.feed(i) for i in ids] + [stream.flush()]
+    assert all("\ufffd" not in p for p in parts)
+    assert "".join(parts) == " " + text  # SPM's leading space of the first fragment
+
+
+def test_gguf_metadata_of_a_non_gguf_file(tmp_path):
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"not a gguf file at all" * 10)
+    with pytest.raises(PtiError, match="cannot read GGUF metadata"):
+        gguf_metadata(bad)
