@@ -60,18 +60,19 @@ def inspect_cli(path: Path, *, json_out: bool = False) -> None:
     console.print(head)
 
     twins = Table(title="twins")
-    for col in ("twin", "name", "source", "sha256"):
+    for col in ("twin", "name", "source", "sha256 (first 16)"):
         twins.add_column(col)
     for t in s["twins"]:
-        twins.add_row(t["twin"], t["name"], t["source"], t["sha256"])
+        twins.add_row(t["twin"], t["name"], t["source"], t["sha256"][:16])
     console.print(twins)
 
     meta = Table(title="metadata")
     meta.add_column("key")
     meta.add_column("value", overflow="fold")
     for k, v in s["metadata"].items():
-        if not k.startswith("ssq.tensor_"):
-            meta.add_row(k, str(v))
+        if not k.startswith("ssq.tensor_") and k != "ssq.source_sha256":
+            text = str(v).replace("\n", "\\n")
+            meta.add_row(k, text if len(text) <= 160 else text[:157] + "...")
     console.print(meta)
 
     tensors = Table(title="tensors")
