@@ -76,6 +76,12 @@ class KernelLinear:
     def __call__(self, x: torch.Tensor, n_a: int) -> torch.Tensor:
         if self.n_twins == 1:
             return self.backend.matmul(x, self.w, self.twin, self.out_dtype)
+        run = getattr(self.backend, "_run", None)
+        if run is not None and len(getattr(self.w, "packs", ())) == 2:
+            # both twins' outputs straight into one [M, N] tensor: no concatenation pass
+            y = torch.empty((x.shape[0], self.w.rows), dtype=self.out_dtype or x.dtype, device=x.device)
+            run(self.w.packs, [x[:n_a], x[n_a:]], [y[:n_a], y[n_a:]])
+            return y
         ya, yb = self.backend.matmul_twins(x[:n_a], x[n_a:], self.w, self.out_dtype)
         return torch.cat([ya, yb])
 
@@ -208,7 +214,8 @@ class GpuModel:
     """A Llama-family forward over a KV cache of `max_seqs` slots x `max_ctx` positions."""
 
     def __init__(self, shape: GpuShape, weights: Weights, *, max_seqs: int, max_ctx: int,
-                 device: torch.device, twins: str = "a", ops: Any = None, graphs: bool | None = None):
+                 device: torch.device, twins: str = "a", ops: Any = None, graphs: bool | None = None,
+                 rope_linear_factor: float = 1.0, rope_freq_factors: torch.Tensor | None = None):
         self.shape, self.w, self.device, self.twins = shape, weights, device, twins
         self.max_seqs, self.max_ctx = max_seqs, max_ctx
         self.act_dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
@@ -221,7 +228,9 @@ class GpuModel:
         self.kcache = [torch.zeros(kv_shape, dtype=self.kv_dtype, device=device) for _ in range(shape.n_layers)]
         self.vcache = [torch.zeros(kv_shape, dtype=self.kv_dtype, device=device) for _ in range(shape.n_layers)]
         inv = 1.0 / (shape.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-        ang = torch.arange(max_ctx + 1, dtype=torch.float64)[:, None] * inv[None, :]
+        if rope_freq_factors is not None:   # llama3 scaling
+            inv = inv / rope_freq_factors.double().cpu()
+        ang = (torch.arange(max_ctx + 1, dtype=torch.float64) / rope_linear_factor)[:, None] * inv[None, :]
         self.cos = ang.cos().float().to(device)
         self.sin = ang.sin().float().to(device)
         self.buckets: dict[tuple[int, int, int], _Bucket] = {}
@@ -308,16 +317,15 @@ class GpuModel:
         with torch.cuda.graph(b.graph):
             b.logits, b.next_ids = self._run_bucket(b)
 
-    def run_pass(self, seqs: Sequence[SeqRows], want_logits: bool = False):
+    def run_pass(self, seqs: Sequence[SeqRows], want_logits: bool = False, host: bool = True):
         """One pass; returns per sequence the greedy next token of each of its rows
-        (and the float32 logits rows when asked).  One host-to-device copy in, one
-        small device-to-host copy out."""
+        (and the float32 logits rows when asked: on the host, or on the device with
+        host=False).  One host-to-device copy in, one small device-to-host copy out."""
         if not seqs:
             raise PtiError("a pass needs at least one sequence")
         t0 = time.perf_counter()
         b = self._get_bucket(self._bucket_key(seqs))
-        host = b.host_in.numpy()
-        first = self._fill(b, seqs, host)
+        first = self._fill(b, seqs, b.host_in.numpy())
         b.inp.copy_(b.host_in, non_blocking=True)
         t1 = time.perf_counter()
         if b.graph is not None:
@@ -334,7 +342,9 @@ class GpuModel:
         out = [ids[f:f + len(s.tokens)].copy() for f, s in zip(first, seqs)]
         self.host_s += (t1 - t0) + (time.perf_counter() - t2)
         if want_logits:
-            lg = logits.float().cpu()
+            lg = logits.float()
+            if host:
+                lg = lg.cpu()
             return out, [lg[f:f + len(s.tokens)].clone() for f, s in zip(first, seqs)]
         return out
 
@@ -357,3 +367,101 @@ class GpuModel:
         sh = self.shape
         per_pos = sh.n_layers * 2 * sh.n_kv_heads * sh.head_dim * torch.tensor([], dtype=self.kv_dtype).element_size()
         return per_pos * sum(contexts)
+
+
+# ---------------------------------------------------------------- real models and the engine
+
+def load_ssq(ssq: Any, backend: Any, device: torch.device, twins: str = "a", *, max_seqs: int = 64,
+             max_ctx: int | None = None, ops: Any = None) -> GpuModel:
+    """A GpuModel of a llama-architecture .ssq (q, k, v and gate, up fused at load time)."""
+    from .config import ModelConfig
+    cfg = ModelConfig.from_ssq(ssq)
+    if cfg.arch != "llama" or cfg.qkv_bias or cfg.qk_norm:
+        raise PtiError(f"the fused GPU path runs the llama architecture; {cfg.arch} runs on --backend torch")
+    if twins == "ab" and not ssq.identical:
+        raise PtiError("the fused GPU path serves one twin of a file with distinct twins (--twins a or b)")
+    t = 1 if twins == "b" else 0
+    shape = GpuShape(cfg.n_layers, cfg.hidden, cfg.ffn, cfg.n_heads, cfg.n_kv_heads, cfg.vocab,
+                     head_dim=cfg.head_dim, eps=cfg.rms_eps, rope_theta=cfg.rope_theta, rope_neox=cfg.rope_neox)
+
+    def q8(*names: str, out_f32: bool = False):
+        parts = [ssq.q8(n, t) for n in names]
+        qs = torch.from_numpy(np.concatenate([p[0] for p in parts])).to(device)
+        sc = torch.from_numpy(np.concatenate([p[1] for p in parts])).to(device)
+        return make_linear([(qs, sc)], device, backend, out_f32)
+
+    def vec(name: str) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(ssq.dense(name, t), dtype=np.float32)).to(device)
+
+    act = torch.float32 if device.type == "cpu" else torch.bfloat16
+    layers = [LayerWeights(vec(f"blk.{i}.attn_norm.weight"),
+                           q8(f"blk.{i}.attn_q.weight", f"blk.{i}.attn_k.weight", f"blk.{i}.attn_v.weight"),
+                           q8(f"blk.{i}.attn_output.weight"), vec(f"blk.{i}.ffn_norm.weight"),
+                           q8(f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight"), q8(f"blk.{i}.ffn_down.weight"))
+              for i in range(cfg.n_layers)]
+    embed = vec("token_embd.weight").to(act)
+    output = q8("token_embd.weight" if cfg.tied_embeddings else "output.weight", out_f32=True)
+    w = Weights(embed, layers, vec("output_norm.weight"), output)
+    factors = vec("rope_freqs.weight") if cfg.rope_freq_factors else None
+    return GpuModel(shape, w, max_seqs=max_seqs, max_ctx=min(max_ctx or cfg.context_length, cfg.context_length),
+                    device=device, twins=twins, ops=ops, rope_linear_factor=cfg.rope_linear_factor,
+                    rope_freq_factors=factors)
+
+
+class SlotKV:
+    """A sequence's KV slot in a GpuModel's cache: the engine's KV interface."""
+
+    def __init__(self, slot: int, max_length: int):
+        self.slot, self.max_length, self.length = slot, max_length, 0
+
+    def truncate(self, n: int) -> None:
+        if not 0 <= n <= self.length:
+            raise ValueError(f"cannot truncate a KV cache of length {self.length} to {n}")
+        self.length = n
+
+
+class EnginePort:
+    """What the engine needs (`forward(batch)`, `new_kv()`, `context_length`) over a GpuModel.
+
+    Prompts longer than the largest graph bucket go through chunked eager passes
+    first; the pass that also holds the other sequences' rows then replays a graph."""
+
+    def __init__(self, model: GpuModel):
+        import weakref
+        self.model, self.context_length = model, model.max_ctx
+        self.free = list(range(model.max_seqs))
+        self._finalize = weakref.finalize
+
+    @property
+    def passes(self) -> int:
+        return self.model.passes
+
+    def new_kv(self) -> SlotKV:
+        if not self.free:
+            raise PtiError(f"all {self.model.max_seqs} KV slots of the GPU model are in use")
+        kv = SlotKV(self.free.pop(0), self.model.max_ctx)
+        self._finalize(kv, self.free.append, kv.slot)
+        return kv
+
+    def forward(self, batch: list[tuple[SlotKV, int, list[int]]]) -> torch.Tensor:
+        """float32 logits [rows, vocab] on the device, one row per token, batch order."""
+        big = ROW_BUCKETS[-1]
+        head: dict[int, torch.Tensor] = {}
+        long = [(i, kv, tw, toks) for i, (kv, tw, toks) in enumerate(batch) if len(toks) > big]
+        if long:   # all but the last `big` rows of long feeds, on their own
+            _, lg = self.model.run_pass([SeqRows(kv.slot, toks[:-big], kv.length, tw) for _, kv, tw, toks in long],
+                                        want_logits=True, host=False)
+            head = {i: x for (i, *_), x in zip(long, lg)}
+        seqs = []
+        for i, (kv, tw, toks) in enumerate(batch):
+            n0 = len(toks) - big if i in head else 0
+            seqs.append(SeqRows(kv.slot, toks[n0:], kv.length + n0, tw))
+        _, lg = self.model.run_pass(seqs, want_logits=True, host=False)
+        out = []
+        for i, x in enumerate(lg):
+            if i in head:
+                out.append(head[i])
+            out.append(x)
+        for kv, _, toks in batch:
+            kv.length += len(toks)
+        return torch.cat(out)

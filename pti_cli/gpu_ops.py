@@ -60,6 +60,7 @@ class _Module:
     def __init__(self, binary: bytes, names: list[str]):
         from cuda.bindings import driver
         self.driver = driver
+        _check(driver.cuInit(0), "cuInit")
         self.mod = _check(driver.cuModuleLoadData(binary), "cuModuleLoadData")
         self.fn = {n: _check(driver.cuModuleGetFunction(self.mod, n.encode()), f"cuModuleGetFunction({n})")
                    for n in names}

@@ -193,3 +193,29 @@ def test_replay_trace(tmp_path):
     trace.write_text(json.dumps({"sequences": [[[1, 2]]]}))
     with pytest.raises(PtiError, match="no valid"):
         bench.load_trace(trace)
+
+
+@pytest.fixture(scope="module")
+def default_pti():
+    from pti_cli.api import Pti
+    return Pti(None, backend="torch")
+
+
+def test_default_model_through_engine_port(default_pti):
+    """The fused-path model loaded from the default .ssq matches the reference Model, and the
+    engine runs on it (greedy output the same with and without lookup drafts)."""
+    from pti_cli.api import engine_config
+    from pti_cli.engine import Engine, Request
+    from pti_cli.gpu_model import EnginePort, load_ssq
+    pti = default_pti
+    port = EnginePort(load_ssq(pti.ssq, None, CPU, "a", max_seqs=3, max_ctx=256))
+    ids = pti.encode("Repeat after me: one two three, one two three, one two three.")
+    ref = pti.model.forward([(pti.model.new_kv(), 0, ids)])
+    got = port.forward([(port.new_kv(), 0, ids)])
+    assert got.shape == ref.shape and torch.allclose(got, ref, rtol=1e-4, atol=1e-3)
+    outs = {}
+    for spec in ("none", "lookup"):
+        eng = Engine(port, pti._tok_port, engine_config(max_tokens=10, spec=spec, seqs=2))
+        eng.submit([Request(0, ids), Request(1, ids[:9])])
+        outs[spec] = [r.token_ids for r in eng.run()]
+    assert outs["none"] == outs["lookup"]
