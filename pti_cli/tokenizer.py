@@ -367,7 +367,9 @@ class Tokenizer:
         pieces = []
         if self.model_kind == "gpt2":
             table = byte_level_alphabet()
-            normal = lambda text: b"".join(  # noqa: E731  (chars outside the alphabet: kept as text)
+            # a char outside the byte alphabet (some vocabs hold a few unreachable ones)
+            # is kept as its text; llama.cpp writes "[UNK_BYTE_0x...]" there instead
+            normal = lambda text: b"".join(  # noqa: E731
                 bytes([table[c]]) if c in table else c.encode("utf-8") for c in text)
         else:
             normal = lambda text: text.replace("\u2581", " ").encode("utf-8")  # noqa: E731

@@ -9,7 +9,7 @@ own environment with llama-cpp-python (which builds llama.cpp; CI never needs it
         smollm2=/path/to/SmolLM2-135M-Instruct.Q4_1.gguf \\
         gpt-2=tests/fixtures/tokenizer/ggml-vocab-gpt-2.gguf.xz ...
 
-Each NAME=PATH is a GGUF (optionally .xz-compressed) file; the vocab-only
+Options: --out DIR (default tests/fixtures/tokenizer).  Each NAME=PATH is a GGUF (optionally .xz-compressed) file; the vocab-only
 `ggml-vocab-*.gguf` files ship with llama.cpp's sources (vendor/llama.cpp/models/
 in the llama-cpp-python sdist).  For every vocab it tokenizes the same few
 hundred generated strings in all four modes (add_special x parse_special) and
@@ -168,6 +168,8 @@ def make_fixture(name: str, path: Path) -> dict:
 
 def main(argv: list[str]) -> None:
     out_dir = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tokenizer"
+    if argv[:1] == ["--out"] and len(argv) >= 2:
+        out_dir, argv = Path(argv[1]), argv[2:]
     if not argv:
         sys.exit(__doc__)
     for arg in argv:
