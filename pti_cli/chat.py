@@ -16,7 +16,6 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from .errors import PtiError
 
 TEMPLATE_KEY = "tokenizer.chat_template"
-ROLES = ("system", "user", "assistant", "tool")
 
 
 def _plain(value: Any) -> Any:

@@ -323,7 +323,7 @@ class Tokenizer:
         if "phi-3" in model_name or "phi3" in model_name:
             keep = {"<unk>", "<s>", "<|endoftext|>"}
             strip = [(text, t) for text, t in zip(self.tokens, types)
-                     if (t in (CONTROL, UNKNOWN, USER_DEFINED) or text == "</s>") and text not in keep]
+                     if t in (CONTROL, UNKNOWN, USER_DEFINED) and text not in keep]
             for parse_special in (True, False):
                 texts = sorted((x for x, t in strip if parse_special or t == USER_DEFINED),
                                key=len, reverse=True)
