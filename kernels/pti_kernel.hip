@@ -119,7 +119,8 @@ __device__ __forceinline__ void pti_mm_generic(
                 for (int kk = 0; kk < 32; ++kk) {
                     const int k = b * 32 + kk;
                     const int lane = lane_row + (kk >> 3);
-                    const float w = (float)q[blk * 512 + lane * 16 + half + (kk & 7)];
+                    const int e = (unsigned char)q[blk * 512 + lane * 16 + half + (kk & 7)];
+                    const float w = (float)(e & 0x80 ? -(e & 0x7f) : e);   // sign-magnitude
                     const float a = k < K ? pti_act_to_f32<TIN>(x[(pti_u64)m * ldx + k]) : 0.f;
                     dot = __fmaf_rn(w, a, dot);
                 }
@@ -157,25 +158,29 @@ PTI_GENERIC(pti_mmg_f16_out_t2, 1, 1, 2)
 // ------------------------------------------------------ tensor-core kernel
 #if defined(PTI_CUDA)
 
-// 4 int8 (one row, 4 consecutive columns) -> two bf16x2 / f16x2 words, exact.
+// 4 weights of one row (4 consecutive columns), stored sign-magnitude (bit 7
+// sign, bits 0-6 |w|; the repack writes them so) -> two bf16x2 / f16x2 words,
+// exact: the sign and magnitude placed under the exponent of 128 (bf16) or
+// 1024 (f16) give +-(C + |w|); adding -+C gives w.  2 PRMT + 4 LOP3 + 2 HFMA2
+// for 4 weights.
+// (KM, KS: the masks 0x807f807f and 0x80008000, held in registers by the
+// caller: ptxas otherwise rebuilds them for every use, LOP3 taking only one
+// immediate.)
 template <int TIN>
-__device__ __forceinline__ void pti_cvt4(unsigned w, unsigned& lo, unsigned& hi) {
-    const unsigned u = w ^ 0x80808080u;  // each byte: value + 128
+__device__ __forceinline__ void pti_cvt4(unsigned w, unsigned& lo, unsigned& hi, unsigned KM, unsigned KS) {
+    constexpr unsigned C = TIN == 0 ? 0x43004300u : 0x64006400u;      // +128 bf16 / +1024 f16
+    constexpr unsigned ONE = TIN == 0 ? 0x3f803f80u : 0x3c003c00u;
+    unsigned p01, p23;   // bytes e0, sign(e0), e1, sign(e1) (prmt's sign-replicate mode: selector bit 3)
+    asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(p01) : "r"(w));
+    asm("prmt.b32 %0, %1, 0, 0xb3a2;" : "=r"(p23) : "r"(w));
+    const unsigned v01 = (p01 & KM) | C, c01 = (p01 & KS) ^ (C | 0x80008000u);
+    const unsigned v23 = (p23 & KM) | C, c23 = (p23 & KS) ^ (C | 0x80008000u);
     if (TIN == 0) {
-        // fp32 2^23 + byte, minus 2^23 + 128: the integer, exact; its bf16 is
-        // the float's high half (at most 8 significant bits).
-        const float f0 = __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7440)) - 8388736.f;
-        const float f1 = __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7441)) - 8388736.f;
-        const float f2 = __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7442)) - 8388736.f;
-        const float f3 = __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7443)) - 8388736.f;
-        lo = __byte_perm(__float_as_uint(f0), __float_as_uint(f1), 0x7632);
-        hi = __byte_perm(__float_as_uint(f2), __float_as_uint(f3), 0x7632);
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(lo) : "r"(v01), "r"(ONE), "r"(c01));
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(hi) : "r"(v23), "r"(ONE), "r"(c23));
     } else {
-        // f16 1024 + byte, minus 1152, two at a time, exact.
-        const unsigned h01 = __byte_perm(u, 0x64646464u, 0x5140);
-        const unsigned h23 = __byte_perm(u, 0x64646464u, 0x5342);
-        asm("sub.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(h01), "r"(0x64806480u));
-        asm("sub.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(h23), "r"(0x64806480u));
+        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(lo) : "r"(v01), "r"(ONE), "r"(c01));
+        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(hi) : "r"(v23), "r"(ONE), "r"(c23));
     }
 }
 
@@ -222,26 +227,6 @@ __device__ __forceinline__ uint4 pti_load_x(const unsigned short* __restrict__ x
     return v;
 }
 
-__device__ __forceinline__ void pti_cp16(unsigned dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void pti_cp4(unsigned dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void pti_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void pti_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-__device__ __forceinline__ uint4 pti_lds16(unsigned a) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
-    return v;
-}
-__device__ __forceinline__ unsigned pti_lds4(unsigned a) {
-    unsigned v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
-    return v;
-}
-
 struct PtiArgs {
     const uint4* q[2];
     const unsigned* s[2];
@@ -251,66 +236,22 @@ struct PtiArgs {
     int N, K, nb, ldx, ldy, vec_ok;
 };
 
-// Per-warp ring slot: U blocks x NTW twins x RG row groups of weights (16 bytes
-// a lane) and scales (4 bytes a lane), and, when XS, the activation fragments
-// (16 bytes a lane).  Each lane copies (cp.async) and later reads back only its
-// own bytes, so no barrier is needed between the copy and the use.
-template <int NTW, int RG, int MT, int U, int XS>
-struct PtiSlot {
-    static constexpr int W = U * NTW * RG * 512;
-    static constexpr int SC = U * NTW * RG * 128;
-    static constexpr int X = XS ? U * NTW * MT * 512 : 0;
-    static constexpr int BYTES = W + SC + X;
-};
-
-template <int NTW, int RG, int MT, int U, int XS>
-__device__ __forceinline__ void pti_issue(unsigned slot, const PtiArgs& a, int unit, int jb, int warp, int lane) {
-    using L = PtiSlot<NTW, RG, MT, U, XS>;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int b = warp + 8 * (U * jb + u);
-        if (b < a.nb) {
-#pragma unroll
-            for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                for (int r = 0; r < RG; ++r) {
-                    const int item = (u * NTW + tw) * RG + r;
-                    const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + b;
-                    pti_cp16(slot + item * 512 + lane * 16, (tw ? a.q[1] : a.q[0]) + blk * 32 + lane, 16);
-                    pti_cp4(slot + L::W + item * 128 + lane * 4, (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2));
-                }
-            if (XS && a.vec_ok) {
-#pragma unroll
-                for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        const int row = mt * 8 + (lane >> 2), k0 = b * 32 + 8 * (lane & 3);
-                        const bool ok = row < (tw ? a.M[1] : a.M[0]) && k0 < a.K;   // vec_ok: K % 8 == 0
-                        const unsigned short* x = tw ? a.x[1] : a.x[0];
-                        pti_cp16(slot + L::W + L::SC + ((u * NTW + tw) * MT + mt) * 512 + lane * 16,
-                                 ok ? x + (pti_u64)row * a.ldx + k0 : x, ok ? 16 : 0);   // 0: zero-fill
-                    }
-            }
-        }
-    }
-}
-
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
 // MT tiles of 8 activation rows: two chained MMAs per (row group, tile), then
 // acc = fma(scale, block sum, acc).  Every kernel variant calls exactly this.
 template <int TIN, int NTW, int RG, int MT>
 __device__ __forceinline__ void pti_block(const uint4 (&wv)[NTW][RG], const unsigned (&sv)[NTW][RG],
-                                          const uint4 (&xv)[NTW][MT], float* acc) {
+                                          const uint4 (&xv)[NTW][MT], float* acc, unsigned KM, unsigned KS) {
 #pragma unroll
     for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
         for (int r = 0; r < RG; ++r) {
             const uint4 w = wv[tw][r];
             unsigned g01, g23, g45, g67, h01, h23, h45, h67;  // row g / row g+8
-            pti_cvt4<TIN>(w.x, g01, g23);
-            pti_cvt4<TIN>(w.y, g45, g67);
-            pti_cvt4<TIN>(w.z, h01, h23);
-            pti_cvt4<TIN>(w.w, h45, h67);
+            pti_cvt4<TIN>(w.x, g01, g23, KM, KS);
+            pti_cvt4<TIN>(w.y, g45, g67, KM, KS);
+            pti_cvt4<TIN>(w.z, h01, h23, KM, KS);
+            pti_cvt4<TIN>(w.w, h45, h67, KM, KS);
             const float d_lo = pti_f16_to_f32((unsigned short)(sv[tw][r] & 0xffffu));
             const float d_hi = pti_f16_to_f32((unsigned short)(sv[tw][r] >> 16));
 #pragma unroll
@@ -328,40 +269,11 @@ __device__ __forceinline__ void pti_block(const uint4 (&wv)[NTW][RG], const unsi
         }
 }
 
-template <int TIN, int NTW, int RG, int MT, int U, int XS>
-__device__ __forceinline__ void pti_compute(unsigned slot, const PtiArgs& a, int jb, int warp, int lane, float* acc) {
-    using L = PtiSlot<NTW, RG, MT, U, XS>;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int b = warp + 8 * (U * jb + u);
-        if (b < a.nb) {
-            uint4 xv[NTW][MT], wv[NTW][RG];
-            unsigned sv[NTW][RG];
-#pragma unroll
-            for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-                    xv[tw][mt] = XS && a.vec_ok
-                        ? pti_lds16(slot + L::W + L::SC + ((u * NTW + tw) * MT + mt) * 512 + lane * 16)
-                        : pti_load_x(tw ? a.x[1] : a.x[0], mt * 8 + (lane >> 2), tw ? a.M[1] : a.M[0],
-                                     b * 32 + 8 * (lane & 3), a.K, a.ldx, a.vec_ok);
-#pragma unroll
-            for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                for (int r = 0; r < RG; ++r) {
-                    const int item = (u * NTW + tw) * RG + r;
-                    wv[tw][r] = pti_lds16(slot + item * 512 + lane * 16);
-                    sv[tw][r] = pti_lds4(slot + L::W + item * 128 + lane * 4);
-                }
-            pti_block<TIN, NTW, RG, MT>(wv, sv, xv, acc);
-        }
-    }
-}
-
-// Sum the 8 warps' partial sums in warp order (4 slots at a time), write the
-// unit's outputs, and zero the accumulators for the next unit.
+// Sum the 8 warps' partial sums in warp order (4 slots at a time) and write
+// the CTA's outputs.
 template <int TIN, int TOUT, int NTW, int RG, int MT>
-__device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp, int lane, float* acc, float* red) {
+__device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp, int lane, const float* acc,
+                                           float* red) {
     constexpr int S = NTW * RG * MT;
 #pragma unroll
     for (int s0 = 0; s0 < S; s0 += 4) {
@@ -386,148 +298,142 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
 }
 
-// NTW twins (1 or 2), RG row groups per unit, MT tiles of 8 activation rows,
-// U blocks per warp per batch, XS: activations through the ring too, ST ring
-// slots per warp.  256 threads = 8 warps; warp w owns blocks b = w (mod 8) of
-// each unit.  The grid may be smaller than the number of units: a CTA takes
-// units blockIdx.x, + gridDim.x, ...; each warp streams its batches through
-// all of them with ST - 1 batches of cp.async copies in flight, across unit
-// boundaries too.  Dynamic shared memory: 16 KB reduction + 8 rings.
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int XS, int ST>
-__device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
-    using L = PtiSlot<NTW, RG, MT, U, XS>;
-    constexpr int S = NTW * RG * MT;  // accumulator slots of 4 floats per thread
-    extern __shared__ __align__(16) unsigned char pti_smem[];
-    float* red = (float*)pti_smem;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const unsigned ring = (unsigned)__cvta_generic_to_shared(pti_smem) + 16384 + warp * ST * L::BYTES;
-    const int units = ((a.N + 31) / 32) * 2 / RG;
-    const int nbat = (a.nb + 8 * U - 1) / (8 * U);
-    const int J = ((units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x) * nbat;
-    float acc[S * 4];
+// U blocks b0, b0+8, ... of this warp, with checks (the tail: blocks past the
+// end, a partial last block, unaligned activations): issue every load, then
+// compute.
+template <int TIN, int NTW, int RG, int MT, int U>
+__device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int b0, int lane, float* acc,
+                                                 unsigned KM, unsigned KS) {
+    uint4 wv[U][NTW][RG], xv[U][NTW][MT];
+    unsigned sv[U][NTW][RG];
 #pragma unroll
-    for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
-    int unit_i = blockIdx.x, jb_i = 0;   // the issue stream's position
-    int unit_c = blockIdx.x, jb_c = 0;   // the compute stream's position
+    for (int u = 0; u < U; ++u) {
+        const int b = b0 + 8 * u;
+        if (b < a.nb) {
 #pragma unroll
-    for (int st = 0; st < ST - 1; ++st) {
-        if (st < J) {
-            pti_issue<NTW, RG, MT, U, XS>(ring + st * L::BYTES, a, unit_i, jb_i, warp, lane);
-            if (++jb_i == nbat) { jb_i = 0; unit_i += gridDim.x; }
-        }
-        pti_cp_commit();
-    }
-    int slot_i = ST - 1, slot_c = 0;
-    for (int j = 0; j < J; ++j) {
-        if (j + ST - 1 < J) {
-            pti_issue<NTW, RG, MT, U, XS>(ring + slot_i * L::BYTES, a, unit_i, jb_i, warp, lane);
-            if (++jb_i == nbat) { jb_i = 0; unit_i += gridDim.x; }
-        }
-        slot_i = slot_i + 1 == ST ? 0 : slot_i + 1;
-        pti_cp_commit();
-        pti_cp_wait<ST - 1>();   // this lane's copies of batch j have landed
-        pti_compute<TIN, NTW, RG, MT, U, XS>(ring + slot_c * L::BYTES, a, jb_c, warp, lane, acc);
-        slot_c = slot_c + 1 == ST ? 0 : slot_c + 1;
-        if (++jb_c == nbat) {
-            pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit_c, warp, lane, acc, red);
-            jb_c = 0;
-            unit_c += gridDim.x;
+            for (int tw = 0; tw < NTW; ++tw) {
+#pragma unroll
+                for (int r = 0; r < RG; ++r) {
+                    const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + b;
+                    wv[u][tw][r] = pti_ld_stream((tw ? a.q[1] : a.q[0]) + blk * 32 + lane);
+                    sv[u][tw][r] = __ldg((tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2));
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+                    xv[u][tw][mt] = pti_load_x(tw ? a.x[1] : a.x[0], mt * 8 + (lane >> 2), tw ? a.M[1] : a.M[0],
+                                               b * 32 + 8 * (lane & 3), a.K, a.ldx, a.vec_ok);
+            }
         }
     }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+        if (b0 + 8 * u < a.nb) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc, KM, KS);
 }
 
-// The plain variant ("_rl"): one unit per CTA (grid = units), U blocks per warp
-// loaded into registers at once, then computed; latency is hidden by other
-// warps and CTAs only.  Same per-element arithmetic as the ring kernel.
+// NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
+// activation rows, U blocks per warp per step.  256 threads = 8 warps; warp w
+// owns blocks b = w (mod 8), in order; the CTA sums the warps in warp order.
 template <int TIN, int TOUT, int NTW, int RG, int MT, int U>
-__device__ __forceinline__ void pti_mm_rl(const PtiArgs& a) {
+__device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     constexpr int S = NTW * RG * MT;
     extern __shared__ __align__(16) unsigned char pti_smem[];
-    float* red = (float*)pti_smem;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.x;
+    // The cvt masks as run-time values (vec_ok is 0 or 1, so the shift gives 0), so
+    // that ptxas keeps them in registers instead of rebuilding them for every LOP3.
+    const unsigned zero = (unsigned)a.vec_ok >> 31;
+    const unsigned KM = 0x807f807fu ^ zero, KS = 0x80008000u ^ zero;
     float acc[S * 4];
 #pragma unroll
     for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
-    for (int b0 = warp; b0 < a.nb; b0 += 8 * U) {
+    // Whole steps (all U blocks whole and vector-loadable) run unchecked, with
+    // per-lane pointers that advance by one step: loads at constant offsets.
+    const int nfull = a.vec_ok ? a.K / 32 : 0;
+    const int nsteps = nfull > warp + 8 * (U - 1) ? (nfull - warp - 8 * (U - 1) + 8 * U - 1) / (8 * U) : 0;
+    const uint4* qp[NTW][RG];
+    const unsigned* sp[NTW][RG];
+    const uint4* xp[NTW][MT];
+    bool xok[NTW][MT];
+#pragma unroll
+    for (int tw = 0; tw < NTW; ++tw) {
+#pragma unroll
+        for (int r = 0; r < RG; ++r) {
+            const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + warp;
+            qp[tw][r] = (tw ? a.q[1] : a.q[0]) + blk * 32 + lane;
+            sp[tw][r] = (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const int row = mt * 8 + (lane >> 2);
+            xok[tw][mt] = row < (tw ? a.M[1] : a.M[0]);
+            xp[tw][mt] = (const uint4*)((tw ? a.x[1] : a.x[0]) + (xok[tw][mt] ? (pti_u64)row * a.ldx : 0) +
+                                        warp * 32 + 8 * (lane & 3));
+        }
+    }
+    for (int i = 0; i < nsteps; ++i) {
         uint4 wv[U][NTW][RG], xv[U][NTW][MT];
         unsigned sv[U][NTW][RG];
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int b = b0 + 8 * u;
-            if (b < a.nb) {
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-                for (int tw = 0; tw < NTW; ++tw)
+            for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
-                    for (int r = 0; r < RG; ++r) {
-                        const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + b;
-                        wv[u][tw][r] = pti_ld_stream((tw ? a.q[1] : a.q[0]) + blk * 32 + lane);
-                        sv[u][tw][r] = __ldg((tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2));
-                    }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int b = b0 + 8 * u;
-            if (b < a.nb) {
-#pragma unroll
-                for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-                        xv[u][tw][mt] = pti_load_x(tw ? a.x[1] : a.x[0], mt * 8 + (lane >> 2), tw ? a.M[1] : a.M[0],
-                                                   b * 32 + 8 * (lane & 3), a.K, a.ldx, a.vec_ok);
-            }
-        }
+                for (int r = 0; r < RG; ++r) {
+                    wv[u][tw][r] = pti_ld_stream(qp[tw][r] + u * 8 * 32);
+                    sv[u][tw][r] = __ldg(sp[tw][r] + u * 8 * 8);
+                }
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            if (b0 + 8 * u < a.nb) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc);
+#pragma unroll
+            for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+                    xv[u][tw][mt] = xok[tw][mt] ? __ldg(xp[tw][mt] + u * 8 * 4) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw) {
+#pragma unroll
+            for (int r = 0; r < RG; ++r) {
+                qp[tw][r] += 8 * U * 32;
+                sp[tw][r] += 8 * U * 8;
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) xp[tw][mt] += 8 * U * 4;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc, KM, KS);
     }
-    pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, red);
+    for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
+        pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, KM, KS);
+    pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 
-#define PTI_RL(NAME, TIN, TOUT, NTW, RG, MT, U)                                              \
+#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U)                                               \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
                            N, K, nb, ldx, ldy, vec_ok};                                        \
-        pti_mm_rl<TIN, TOUT, NTW, RG, MT, U>(a);                                               \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U>(a);                                               \
     }
 
-#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, XS, ST)                                       \
-    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
-        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
-        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
-        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok};                                        \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, XS, ST>(a);                                       \
-    }
-
-// Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}_x{XS}_s{ST}.  The
-// host (pti_cli/backends/cuda.py) picks one per call from M alone and sizes the
-// dynamic shared memory from the name: 16384 + 8 * ST * slot bytes.
-#define PTI_TC_ALL(TAG, TIN, TOUT)                                          \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_x1_s5, TIN, TOUT, 1, 1, 1, 2, 1, 5)   \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_x0_s6, TIN, TOUT, 1, 1, 1, 2, 0, 6)   \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u2_x1_s4, TIN, TOUT, 1, 2, 1, 2, 1, 4)   \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u2_x1_s4, TIN, TOUT, 1, 2, 2, 2, 1, 4)   \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2_x0_s4, TIN, TOUT, 1, 2, 4, 2, 0, 4)   \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_x1_s4, TIN, TOUT, 2, 1, 1, 2, 1, 4)   \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u1_x1_s6, TIN, TOUT, 2, 1, 2, 1, 1, 6)   \
-    PTI_RL(pti_mm_##TAG##_t1_r1_m1_u8_rl, TIN, TOUT, 1, 1, 1, 8)            \
-    PTI_RL(pti_mm_##TAG##_t1_r2_m1_u4_rl, TIN, TOUT, 1, 2, 1, 4)            \
-    PTI_RL(pti_mm_##TAG##_t1_r2_m2_u4_rl, TIN, TOUT, 1, 2, 2, 4)            \
-    PTI_RL(pti_mm_##TAG##_t1_r2_m4_u2_rl, TIN, TOUT, 1, 2, 4, 2)            \
-    PTI_RL(pti_mm_##TAG##_t1_r2_m8_u2_rl, TIN, TOUT, 1, 2, 8, 2)            \
-    PTI_RL(pti_mm_##TAG##_t2_r2_m1_u2_rl, TIN, TOUT, 2, 2, 1, 2)            \
-    PTI_RL(pti_mm_##TAG##_t2_r1_m1_u4_rl, TIN, TOUT, 2, 1, 1, 4)            \
-    PTI_RL(pti_mm_##TAG##_t2_r2_m2_u2_rl, TIN, TOUT, 2, 2, 2, 2)
+// Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}.  The host
+// (pti_cli/backends/cuda.py) picks one per call from M alone; 16 KB of dynamic
+// shared memory (the reduction).
+#define PTI_TC_ALL(TAG, TIN, TOUT)                             \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8)  \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4)  \
+    PTI_TC(pti_mm_##TAG##_t1_r4_m1_u2, TIN, TOUT, 1, 4, 1, 2)  \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4)  \
+    PTI_TC(pti_mm_##TAG##_t1_r4_m2_u2, TIN, TOUT, 1, 4, 2, 2)  \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2)  \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u2, TIN, TOUT, 1, 1, 8, 2)  \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4)  \
+    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2)  \
+    PTI_TC(pti_mm_##TAG##_t2_r2_m2_u2, TIN, TOUT, 2, 2, 2, 2)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

@@ -40,7 +40,7 @@ def test_nvrtc_reports_compile_errors():
 
 
 def _rand_q8(rng, n, nb):
-    q = torch.from_numpy(rng.integers(-128, 128, (n, nb * 32), dtype=np.int8))
+    q = torch.from_numpy(rng.integers(-127, 128, (n, nb * 32), dtype=np.int8))   # Q8_0's range
     d = torch.from_numpy(rng.standard_normal((n, nb)).astype(np.float16))
     return q, d
 
@@ -59,7 +59,8 @@ def test_repack_layout_is_the_documented_one(n, k):
     cols = 32 * b + 8 * (lane % 4) + byte % 8
     qpad = np.zeros((G * 16, nb * 32), np.int8)
     qpad[:n] = q.numpy()
-    assert np.array_equal(p.q.numpy(), qpad[rows, cols])
+    sm = np.where(qpad < 0, 0x80 | -qpad.astype(np.int16), qpad).astype(np.uint8)   # sign-magnitude bytes
+    assert np.array_equal(p.q.numpy().view(np.uint8), sm[rows, cols])
     dpad = np.zeros((G * 16, nb), np.float16)
     dpad[:n] = d.numpy()
     words = p.s.numpy().view(np.uint32)
@@ -116,3 +117,12 @@ def test_repack_round_trips_ssq_files(tmp_path):
         rq, rd = one.q8(name, 0)
         q, d = unpack_q8(repack_q8(torch.from_numpy(np.array(rq)), torch.from_numpy(np.array(rd)), k))
         assert np.array_equal(q.numpy(), rq) and np.array_equal(d.numpy().view(np.uint16), rd.view(np.uint16))
+
+
+def test_repack_refuses_minus_128():
+    from pti_cli.errors import PtiError
+
+    q = torch.zeros(16, 32, dtype=torch.int8)
+    q[3, 5] = -128
+    with pytest.raises(PtiError, match="-128"):
+        repack_q8(q, torch.ones(16, 1, dtype=torch.float16), 32)

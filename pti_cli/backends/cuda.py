@@ -27,16 +27,14 @@ MAX_ROWS = 64          # rows per launch (8 tiles of 8)
 THREADS = 256
 TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 
-# (twins, max rows) -> kernel suffix "t{twins}_r{row groups per unit}_m{row tiles}_u{blocks per batch}
-# _x{activations through the ring}_s{ring slots}" (kernels/pti_kernel.hip).  Twins with more than
-# 16 rows go as two one-twin launches: the same bytes, and the same per-row arithmetic.
+# (twins, max rows) -> kernel suffix "t{twins}_r{row groups per CTA}_m{row tiles}_u{blocks per step}"
+# (kernels/pti_kernel.hip).  Twins with more than 16 rows go as two one-twin launches: the same
+# bytes, and the same per-row arithmetic.
 TC_VARIANTS = {
-    1: ((8, "t1_r2_m1_u4_rl"), (16, "t1_r2_m2_u4_rl"), (32, "t1_r2_m4_u2_rl"), (64, "t1_r2_m8_u2_rl")),
-    2: ((8, "t2_r2_m1_u2_rl"), (16, "t2_r2_m2_u2_rl")),
+    1: ((8, "t1_r2_m1_u4"), (16, "t1_r2_m2_u4"), (32, "t1_r2_m4_u2"), (64, "t1_r2_m8_u1")),
+    2: ((8, "t2_r2_m1_u2"), (16, "t2_r2_m2_u2")),
 }
-EXTRA_VARIANTS = ("t1_r1_m1_u2_x1_s5", "t1_r1_m1_u2_x0_s6", "t1_r2_m1_u2_x1_s4", "t1_r2_m2_u2_x1_s4",
-                  "t1_r2_m4_u2_x0_s4", "t2_r1_m1_u2_x1_s4", "t2_r1_m2_u1_x1_s6", "t1_r1_m1_u8_rl",
-                  "t2_r1_m1_u4_rl")   # compared by `pti bench --kernels --kernel-variants`
+EXTRA_VARIANTS = ("t1_r1_m1_u8", "t1_r4_m1_u2", "t1_r4_m2_u2", "t1_r1_m8_u2", "t2_r1_m1_u4")   # for the bench
 TWIN_KERNEL_MAX_ROWS = 16
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -68,21 +66,11 @@ def variant_for(twins: int, m: int) -> str:
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2_x0_s4' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'x': 0, 's': 4}; '_rl' (plain
-    kernel: one unit per CTA, register loads) -> 's': 0."""
-    v = {p[0]: int(p[1:]) for p in name.split("_") if p != "rl"}
-    v.setdefault("s", 0)
-    v.setdefault("x", 0)
-    return v
+    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2}."""
+    return {p[0]: int(p[1:]) for p in name.split("_")}
 
 
-def tc_smem_bytes(variant: str) -> int:
-    """Dynamic shared memory of a tensor-core kernel: the reduction plus 8 warps' rings."""
-    v = split_variant(variant)
-    if v["s"] == 0:
-        return 16384
-    slot = v["u"] * v["t"] * v["r"] * (512 + 128) + (v["u"] * v["t"] * v["m"] * 512 if v["x"] else 0)
-    return 16384 + 8 * v["s"] * slot
+SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
 
 
 class KernelBackend(Backend):
@@ -102,7 +90,6 @@ class KernelBackend(Backend):
         self.generic = generic
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
-        self.max_grid: dict[str, int] = {}   # CTAs resident at once (persistent kernels)
         self._load_module()
 
     # -- loading weights ---------------------------------------------------
@@ -208,7 +195,7 @@ class KernelBackend(Backend):
                 ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
                 ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows, vec_ok)
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
-        return min(g // rg, self.max_grid.get(name, g)), vals, types
+        return g // rg, vals, types
 
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
@@ -253,19 +240,13 @@ class CudaBackend(KernelBackend):
             if not self.generic:
                 variants = [v for vs in TC_VARIANTS.values() for _, v in vs] + list(EXTRA_VARIANTS)
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out") for v in variants]
-            sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if n.startswith("pti_mm_"):
-                    smem = self.smem[n] = tc_smem_bytes(n.split("_", 4)[4])
-                    _cu(driver.cuFuncSetAttribute(f, attr, smem), f"cuFuncSetAttribute {n}")
-                    per_sm = _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, smem),
-                                 f"occupancy {n}")
-                    if per_sm < 1:
+                    self.smem[n] = SMEM_BYTES
+                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
+                           f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
-                    if not n.endswith("_rl"):   # ring kernels are persistent: no more CTAs than fit
-                        self.max_grid[n] = per_sm * sms
 
     def launch(self, packs, xs, ys, name: str) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys)

@@ -4,7 +4,9 @@ The file keeps its format (34-byte Q8_0 blocks, 68-byte SSQ16 blocks, neither
 16-byte aligned).  In memory each twin becomes two arrays (docs/ssq-format.md,
 "In-memory layout for the kernels"):
 
-  q  int8  [G, nb, 32, 16]  G = row groups of 16 rows (rows padded to a multiple
+  q  int8  [G, nb, 32, 16]  sign-magnitude bytes (bit 7 sign, bits 0-6 |w|; the
+                            kernels turn them into bf16/f16 in 3 cheap ops);
+                            G = row groups of 16 rows (rows padded to a multiple
                             of 32 with zeros); for group r, block b, lane 4g+t:
                             bytes 0-7 = row 16r+g, columns 32b+8t .. 32b+8t+7,
                             bytes 8-15 = row 16r+g+8, the same columns
@@ -47,6 +49,20 @@ def _padded_rows(n: int) -> int:
     return -(-n // ROW_ALIGN) * ROW_ALIGN
 
 
+def to_sign_magnitude(q: torch.Tensor) -> torch.Tensor:
+    """int8 two's complement -> int8 holding sign-magnitude bits; -128 has no such code."""
+    if bool((q == -128).any()):
+        raise PtiError("repack: a Q8_0 weight is -128, which Q8_0 quantisers never write and the "
+                       "kernels' sign-magnitude layout cannot hold")
+    q16 = q.to(torch.int16)
+    return torch.where(q16 < 0, 128 - q16, q16).to(torch.uint8).view(torch.int8)
+
+
+def from_sign_magnitude(e: torch.Tensor) -> torch.Tensor:
+    e16 = e.view(torch.uint8).to(torch.int16)
+    return torch.where(e16 >= 128, 128 - e16, e16).to(torch.int8)
+
+
 def repack_q8(qs: torch.Tensor, d: torch.Tensor, cols: int) -> Packed:
     """int8 [N, nb*32] and float16 [N, nb] (Q8_0 rows, as `SSQFile.q8`) -> Packed."""
     if qs.dtype != torch.int8 or d.dtype != torch.float16 or qs.dim() != 2 or d.dim() != 2:
@@ -61,7 +77,7 @@ def repack_q8(qs: torch.Tensor, d: torch.Tensor, cols: int) -> Packed:
         d = torch.cat([d, d.new_zeros(npad - n, nb)])
     g = npad // 16
     # [G, h, g, nb, t, kk] -> [G, nb, g, t, h, kk]: lane = 4g + t, byte = 8h + kk
-    q = qs.reshape(g, 2, 8, nb, 4, 8).permute(0, 3, 2, 4, 1, 5).reshape(g, nb, 32, 16).contiguous()
+    q = to_sign_magnitude(qs).reshape(g, 2, 8, nb, 4, 8).permute(0, 3, 2, 4, 1, 5).reshape(g, nb, 32, 16).contiguous()
     # [G, h, g, nb] -> [G, nb, g, h]: one int32 word per g, row g in the low half
     s = d.reshape(g, 2, 8, nb).permute(0, 3, 2, 1).contiguous().view(torch.int16).view(torch.int32)
     return Packed(q, s.reshape(g, nb, 8), n, cols)
@@ -70,7 +86,7 @@ def repack_q8(qs: torch.Tensor, d: torch.Tensor, cols: int) -> Packed:
 def unpack_q8(p: Packed) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed -> (int8 [N, nb*32], float16 [N, nb]): the inverse of repack_q8."""
     g, nb = p.q.shape[:2]
-    qs = p.q.reshape(g, nb, 8, 4, 2, 8).permute(0, 4, 2, 1, 3, 5).reshape(g * 16, nb * 32)
+    qs = from_sign_magnitude(p.q).reshape(g, nb, 8, 4, 2, 8).permute(0, 4, 2, 1, 3, 5).reshape(g * 16, nb * 32)
     d = p.s.contiguous().view(torch.int16).view(torch.float16).reshape(g, nb, 8, 2).permute(0, 3, 2, 1)
     return qs[: p.rows].contiguous(), d.reshape(g * 16, nb)[: p.rows].contiguous()
 
