@@ -147,9 +147,16 @@ INSTANTIATE(float, f32)
 // own: causal among the pass's new rows too, since their keys are already in
 // the cache) and writes the chunk's max, sum of exp and un-normalised output.
 template <int HD>
+__device__ void attn_combine_heads(const float* part_acc, const float* part_ml, int m, int h0, int G, int nc,
+                                   bf16_t* out, int H, int n_chunks);
+
+// counters != 0 (the fused form): the last block of a (row, kv head) to finish,
+// found with an atomic counter, combines the chunks itself, in chunk order, and
+// resets the counter for the next pass.
+template <int HD>
 __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* pos,
                              const int* slot, float* part_acc, float* part_ml, int H, int Hk, int ctx1,
-                             int n_chunks, float scale) {
+                             int n_chunks, float scale, int* counters, bf16_t* out) {
     __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * HD];
     __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
     __shared__ float qs[MAX_G][HD];
@@ -158,6 +165,8 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, p = pos[m];
     int G = H / Hk;
     int t0 = c * ATTN_CHUNK;
+    if (p < 0 && counters && c == 0)  // a padding row: zeros out
+        for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
     if (p < 0 || t0 > p) return;  // chunks past the row's position are never read by the combine
     int nt = min(ATTN_CHUNK, p + 1 - t0);
     long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
@@ -216,6 +225,41 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
         part_ml[o] = mx[threadIdx.x];
         part_ml[o + 1] = sm[threadIdx.x];
     }
+    if (!counters) return;
+    __shared__ int last;
+    __threadfence();   // this block's partials are visible device-wide before it is counted
+    __syncthreads();
+    int nc = p / ATTN_CHUNK + 1;
+    if (threadIdx.x == 0) {
+        int done = atomicAdd(&counters[m * Hk + kh], 1);
+        last = done == nc - 1;
+        if (last) counters[m * Hk + kh] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    attn_combine_heads<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks);
+}
+
+// Combine chunks 0..nc-1 of heads h0..h0+G-1 of row m, in chunk order (L2 loads:
+// the partials come from other blocks).
+template <int HD>
+__device__ void attn_combine_heads(const float* part_acc, const float* part_ml, int m, int h0, int G, int nc,
+                                   bf16_t* out, int H, int n_chunks) {
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        int h = h0 + i / HD, d = i % HD;
+        const float* ml = part_ml + ((long)m * H + h) * n_chunks * 2;
+        const float* acc = part_acc + ((long)m * H + h) * n_chunks * HD;
+        float gm = NEG_INF;
+        for (int c = 0; c < nc; c++) gm = fmaxf(gm, __ldcg(ml + 2 * c));
+        float denom = 0.f, a = 0.f;
+        for (int c = 0; c < nc; c++) {
+            float e = expf(__ldcg(ml + 2 * c) - gm);
+            denom += __ldcg(ml + 2 * c + 1) * e;
+            a += __ldcg(acc + (long)c * HD + d) * e;
+        }
+        out[((long)m * H + h) * HD + d] = f2bf(a / denom);
+    }
 }
 
 // Attention, step 2: one block per (head, row); chunks combined in chunk order.
@@ -246,7 +290,11 @@ __device__ void attn_combine(const float* part_acc, const float* part_ml, const 
 #define INSTANTIATE_ATTN(HD)                                                                            \
 extern "C" __global__ void attn_partial_##HD(const bf16_t* q, const bf16_t* kc, const bf16_t* vc,        \
         const int* pos, const int* slot, float* pa, float* pml, int H, int Hk, int ctx1, int nch,      \
-        float scale) { attn_partial<HD>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale); }     \
+        float scale) { attn_partial<HD>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, 0, 0); } \
+extern "C" __global__ void attn_fused_##HD(const bf16_t* q, const bf16_t* kc, const bf16_t* vc,          \
+        const int* pos, const int* slot, float* pa, float* pml, int H, int Hk, int ctx1, int nch,      \
+        float scale, int* counters, bf16_t* out) {                                                     \
+    attn_partial<HD>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, counters, out); }         \
 extern "C" __global__ void attn_combine_##HD(const float* pa, const float* pml, const int* pos,         \
         bf16_t* out, int H, int nch) { attn_combine<HD>(pa, pml, pos, out, H, nch); }
 

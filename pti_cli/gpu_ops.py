@@ -77,7 +77,7 @@ class _Module:
 
 KERNELS = ["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16",
            "silu_mul_f32", "attn_partial_64", "attn_partial_128", "attn_combine_64", "attn_combine_128",
-           "stream_read"]
+           "attn_fused_64", "attn_fused_128", "stream_read"]
 
 
 def _suffix(t: torch.Tensor) -> str:
@@ -97,6 +97,9 @@ class CudaOps:
         self.device = device
         self.k = _Module(ops_binary(f"sm_{major}{minor}"), KERNELS)
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
+        self.fused_attention = True   # one attention launch: the last chunk block combines
+        self.counters = torch.zeros(1 << 16, dtype=torch.int32, device=device)
+        self._old: list[torch.Tensor] = []   # outgrown counters: captured graphs may still use them
 
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype) -> torch.Tensor:
         M, d = x.shape
@@ -126,6 +129,15 @@ class CudaOps:
         acc = torch.empty(M * H * nch * hd, dtype=torch.float32, device=q.device)
         ml = torch.empty(M * H * nch * 2, dtype=torch.float32, device=q.device)
         out = torch.empty((M, H * hd), dtype=torch.bfloat16, device=q.device)
+        args = [(q, P), (m.kcache[layer], P), (m.vcache[layer], P), (pos, P), (slot, P), (acc, P),
+                (ml, P), (H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F)]
+        if self.fused_attention:
+            if self.counters.numel() < M * sh.n_kv_heads:   # zeros; each launch leaves them zero
+                self._old.append(self.counters)
+                self.counters = torch.zeros(M * sh.n_kv_heads, dtype=torch.int32, device=q.device)
+            self.k.launch(f"attn_fused_{hd}", (nch, sh.n_kv_heads, M), (128,),
+                          args + [(self.counters, P), (out, P)])
+            return out
         self.k.launch(f"attn_partial_{hd}", (nch, sh.n_kv_heads, M), (128,),
                       [(q, P), (m.kcache[layer], P), (m.vcache[layer], P), (pos, P), (slot, P), (acc, P),
                        (ml, P), (H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I),

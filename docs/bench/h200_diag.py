@@ -79,8 +79,14 @@ def main() -> None:
     out["norms_ms"] = graph_time(lambda: [ops.add_norm(x, h, lw.attn_norm, sh.eps, torch.bfloat16) for _ in range(2 * L)])
     out["rope_kv_ms"] = graph_time(lambda: [ops.rope_kv(m, qkv, pos, slot, i) for i in range(L)])
     out["attention_ms"] = graph_time(lambda: [ops.attention(m, q, pos, slot, i, 1, 1) for i in range(L)])
+    ops.fused_attention = False
+    out["attention_2kernels_ms"] = graph_time(lambda: [ops.attention(m, q, pos, slot, i, 1, 1) for i in range(L)])
+    out["pass_2kernel_attention_ms"] = graph_time(lambda: m.forward(tok, pos, slot, 1, 1, 1))
+    ops.fused_attention = True
+    empty = torch.empty(1, device=dev)
+    out["empty_kernels_ms"] = graph_time(lambda: [empty.add_(0) for _ in range(L * 10)])
     out["silu_ms"] = graph_time(lambda: [ops.silu_mul(gu, sh.ffn) for _ in range(L)])
-    out["launches_per_pass"] = L * 10 + 5
+    out["launches_per_pass"] = L * 9 + 5
     print(json.dumps(out))
     for k, v in out.items():
         print(f"{k:>20}: {v:.4g}" if isinstance(v, float) else f"{k:>20}: {v}")

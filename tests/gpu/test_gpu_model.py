@@ -192,3 +192,18 @@ def test_default_model_engine_on_gpu(dev, backend, ops):
         runs[(spec, seqs)] = [r.token_ids for r in eng.run()]
     first = runs[("none", 1)]
     assert all(v == first for v in runs.values())
+
+
+def test_fused_attention_equals_two_kernels(dev, backend, ops):
+    """The one-launch attention (last chunk block combines) vs partial + combine kernels."""
+    m = gpu_model(SHAPE, dev, backend, ops, graphs=False)
+    seqs = [SeqRows(0, prompt(140, SHAPE.vocab, 41), 0), SeqRows(1, prompt(9, SHAPE.vocab, 42), 0)]
+    _, fused = m.run_pass(seqs, want_logits=True)
+    ops.fused_attention = False
+    try:
+        _, split = m.run_pass(seqs, want_logits=True)
+    finally:
+        ops.fused_attention = True
+    for a, b in zip(fused, split):
+        assert rel_err(a, b) < 1e-5
+    assert int(ops.counters.abs().sum()) == 0   # every launch leaves its counters at zero
