@@ -58,7 +58,7 @@ def test_gguf_q8_rows_are_the_stored_bits(tmp_path):
         src = ck.tensors[t.name]
         got = src.q8_rows(2, 9)
         if t.tensor_type != Q.Q8_0:
-            assert got is None
+            assert got is None and src.q8_raw_rows(2, 9) is None
             continue
         raw = np.array(t.data[2:9]).reshape(7, -1, 34)
         q, d = got
@@ -66,6 +66,7 @@ def test_gguf_q8_rows_are_the_stored_bits(tmp_path):
         assert q.shape == (7, src.shape[1]) and d.shape == (7, src.shape[1] // 32)
         assert np.array_equal(d.view(np.uint8).reshape(7, -1, 2), raw[:, :, :2])
         assert np.array_equal(q.view(np.uint8).reshape(7, -1, 32), raw[:, :, 2:])
+        assert np.array_equal(src.q8_raw_rows(2, 9), raw.reshape(7, -1))
         # and the bits decode to what gguf-py decodes
         np.testing.assert_array_equal(q.reshape(7, -1, 32) * d.astype(np.float32)[:, :, None],
                                       src.f32_rows(2, 9).reshape(7, -1, 32))
@@ -346,3 +347,30 @@ def test_llama_order_round_trips_through_transformers(smollm2_gguf, tmp_path):
     # and transformers really holds different (Hugging Face order) rows for Q and K
     q = state["model.layers.0.self_attn.q_proj.weight"].numpy()
     assert not np.array_equal(q, a.tensors["blk.0.attn_q.weight"].f32_rows(0, 576))
+
+
+def test_rope_scaling_keys():
+    from pti_cli.sources.safetensors_source import arch_metadata, llama3_rope_freqs
+    base = dict(num_attention_heads=4, hidden_size=64, num_hidden_layers=2, vocab_size=100,
+                max_position_embeddings=512, intermediate_size=96, rms_norm_eps=1e-6)
+    md = arch_metadata({**base, "rope_theta": 1e4, "rope_scaling": {"type": "linear", "factor": 2.0}}, "llama")
+    assert md["llama.rope.scaling.type"] == ("linear", V.STRING, None)
+    assert md["llama.rope.scaling.factor"] == (2.0, V.FLOAT32, None)
+    assert md["llama.rope.freq_base"] == (1e4, V.FLOAT32, None)
+    md = arch_metadata({**base, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6,
+                                                    "original_max_position_embeddings": 128}}, "qwen2")
+    assert md["qwen2.rope.scaling.type"][0] == "yarn" and md["qwen2.rope.scaling.factor"][0] == 4.0
+    assert md["qwen2.rope.scaling.original_context_length"] == (128, V.UINT32, None)
+    assert md["qwen2.rope.freq_base"][0] == 1e6
+    with pytest.raises(PtiError, match="rope scaling type 'dynamic'"):
+        arch_metadata({**base, "rope_scaling": {"type": "dynamic", "factor": 2.0}}, "llama")
+    # llama3: unchanged high frequencies, the whole factor on low ones, a monotone blend between
+    cfg = dict(num_attention_heads=32, hidden_size=4096, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+    f = llama3_rope_freqs(cfg)
+    assert f.shape == (64,) and f[0] == 1.0 and f[-1] == 8.0
+    assert np.all(np.diff(f) >= 0) and ((f > 1) & (f < 8)).any()
+    wavelen = 2 * np.pi * 500000.0 ** (np.arange(0, 128, 2) / 128)
+    assert np.all(f[wavelen < 2048] == 1.0) and np.all(f[wavelen > 8192] == 8.0)
+    assert llama3_rope_freqs({**base, "rope_theta": 1e4}) is None

@@ -39,6 +39,10 @@ class TensorSource:
         """Q8_0 matrices only: (int8 [n, nblocks*32], float16 [n, nblocks]), bit for bit; else None."""
         return None
 
+    def q8_raw_rows(self, start: int, stop: int) -> np.ndarray | None:
+        """Q8_0 matrices only: the stored Q8_0 bytes uint8 [n, nblocks*34]; else None (pack's fast path)."""
+        return None
+
     def f32_rows(self, start: int, stop: int) -> np.ndarray:
         """float32 [n, K] for rows start:stop of a matrix; float32 [n] for elements of a vector."""
         raise NotImplementedError

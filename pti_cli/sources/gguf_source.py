@@ -83,6 +83,15 @@ class GGUFTensor(TensorSource):
         self._release(chunk)
         return quants, scales
 
+    def q8_raw_rows(self, start, stop):
+        """Q8_0 matrices only: the stored bytes uint8 [n, nblocks*34] (a copy); else None."""
+        if self.ggml_type != Q8_0 or len(self.shape) == 1:
+            return None
+        chunk = self._chunk(start, stop)
+        out = np.array(chunk, dtype=np.uint8)
+        self._release(chunk)
+        return out
+
     def f32_rows(self, start, stop):
         if len(self.shape) == 1 and self.ggml_type not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             # a quantised vector: dequantise it whole (vectors are small), then slice
