@@ -288,3 +288,15 @@ def test_bad_input_real_process(tmp_path):
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "kv count 4611686018427387904 exceeds" in r.stderr, r.stderr
     assert not (tmp_path / "x.ssq").exists()
+
+
+def test_sharded_index_names_a_missing_tensor(capsys, tmp_path):
+    folder = tmp_path / "sharded"
+    make_hf_model(folder, "llama", shard_size="20KB")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.layers.9.mlp.up_proj.weight"] = sorted(set(index["weight_map"].values()))[0]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    fails_cleanly(capsys, tmp_path, [folder], "tensor model.layers.9.mlp.up_proj.weight is listed in")
+    index["weight_map"]["model.layers.9.mlp.up_proj.weight"] = "model-99-of-99.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    fails_cleanly(capsys, tmp_path, [folder], "model-99-of-99.safetensors: shard listed in model.safetensors.index.json is missing")

@@ -205,6 +205,12 @@ def _tensors(files: list[Path], arch: str, config: dict) -> dict[str, TensorSour
             if heads and shape[0] % (2 * heads):
                 raise PtiError(f"{path}: tensor {hf_name} has {shape[0]} rows, not a multiple of 2 x {heads} heads")
             found.append((name, SafetensorsTensor(name, shape, DTYPES[info["dtype"]][1], handle, hf_name, heads)))
+    index = files[0].parent / "model.safetensors.index.json"
+    if len(files) > 1 or index.is_file() and files[0].name != "model.safetensors":
+        listed = read_json(index, "model.safetensors.index.json").get("weight_map") or {}
+        for hf_name, shard in listed.items():
+            if hf_name not in hf_seen and not hf_name.endswith(SKIPPED_SUFFIXES):
+                raise PtiError(f"{index}: tensor {hf_name} is listed in {shard} but not found there")
     order = sorted(enumerate(n for n, _ in found), key=_sort_key)
     return {found[i][0]: found[i][1] for i, _ in order}
 
