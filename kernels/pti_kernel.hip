@@ -425,15 +425,13 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 #define PTI_TC_ALL(TAG, TIN, TOUT)                             \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4)  \
-    PTI_TC(pti_mm_##TAG##_t1_r4_m1_u2, TIN, TOUT, 1, 4, 1, 2)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4)  \
-    PTI_TC(pti_mm_##TAG##_t1_r4_m2_u2, TIN, TOUT, 1, 4, 2, 2)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u2, TIN, TOUT, 1, 1, 8, 2)  \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4)  \
-    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2)  \
-    PTI_TC(pti_mm_##TAG##_t2_r2_m2_u2, TIN, TOUT, 2, 2, 2, 2)
+    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

@@ -126,3 +126,17 @@ def test_repack_refuses_minus_128():
     q[3, 5] = -128
     with pytest.raises(PtiError, match="-128"):
         repack_q8(q, torch.ones(16, 1, dtype=torch.float16), 32)
+
+
+def test_gpu_backends_refuse_cleanly_without_their_gpu():
+    """No GPU (CI): the CUDA and HIP backends raise the one-line PtiError, no traceback."""
+    import torch
+    from pti_cli.backends.cuda import CudaBackend
+    from pti_cli.backends.hip import HipBackend
+    from pti_cli.errors import PtiError
+
+    if torch.cuda.is_available():   # on a GPU machine this check does not apply
+        return
+    for cls in (CudaBackend, HipBackend):
+        with pytest.raises(PtiError):
+            cls()

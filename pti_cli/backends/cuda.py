@@ -28,14 +28,14 @@ THREADS = 256
 TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 
 # (twins, max rows) -> kernel suffix "t{twins}_r{row groups per CTA}_m{row tiles}_u{blocks per step}"
-# (kernels/pti_kernel.hip).  Twins with more than 16 rows go as two one-twin launches: the same
-# bytes, and the same per-row arithmetic.
+# (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md).  Twins with more than 8
+# rows go as two one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
 TC_VARIANTS = {
-    1: ((8, "t1_r2_m1_u4"), (16, "t1_r2_m2_u4"), (32, "t1_r2_m4_u2"), (64, "t1_r2_m8_u1")),
-    2: ((8, "t2_r2_m1_u2"), (16, "t2_r2_m2_u2")),
+    1: ((8, "t1_r1_m1_u8"), (16, "t1_r2_m2_u4"), (32, "t1_r2_m4_u2"), (64, "t1_r2_m8_u1")),
+    2: ((8, "t2_r1_m1_u4"),),
 }
-EXTRA_VARIANTS = ("t1_r1_m1_u8", "t1_r4_m1_u2", "t1_r4_m2_u2", "t1_r1_m8_u2", "t2_r1_m1_u4")   # for the bench
-TWIN_KERNEL_MAX_ROWS = 16
+EXTRA_VARIANTS = ("t1_r2_m1_u4", "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r2_m1_u2")   # compared by the bench
+TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
