@@ -48,6 +48,16 @@ _TEKKEN = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+"
            r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
            r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _DEFAULT = [r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"]
+_GPT4O = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+" + _CONTRACTIONS + "?"
+          r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*" + _CONTRACTIONS + "?"
+          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_SEED_CODER = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_BAILINGMOE = (r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+")
+_DEEPSEEK3 = [r"\p{N}{1,3}", r"[一-龥぀-ゟ゠-ヿ]+",
+              r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+              r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"]
 
 PRE_REGEXES: dict[str, list[str]] = {
     "default": _DEFAULT,
@@ -59,6 +69,10 @@ PRE_REGEXES: dict[str, list[str]] = {
     "tekken": [_TEKKEN],
     "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]"],
     "deepseek-coder": [r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"],
+    "gpt4o": [_GPT4O],
+    "seed-coder": [_SEED_CODER],
+    "bailingmoe": [_BAILINGMOE],
+    "deepseek3": _DEEPSEEK3,
     "poro": [r" ?[^(\s|.,!?…。，、।۔،)]+"],
     "viking": [r" ?[^(\s|.,!?…。，、।۔،)]+", r"\p{N}"],
 }
@@ -66,7 +80,8 @@ PRE_REGEXES: dict[str, list[str]] = {
 # tokenizer.ggml.pre value -> (regex family, add_bos default, ignore_merges)
 _PRE_TYPES: dict[str, tuple[str, bool, bool]] = {"default": ("default", False, False)}
 for _names, _family, _bos, _ignore in [
-    (("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"),
+    (("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+      "jina-v5-nano"),
      "llama3", True, True),
     (("dbrx",), "dbrx", False, False), (("smaug-bpe",), "smaug", False, False),
     (("glm4", "chatglm-bpe"), "chatglm4", False, False),
@@ -75,7 +90,12 @@ for _names, _family, _bos, _ignore in [
     (("gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
       "mellum", "mpt", "olmo", "jais", "trillion", "granite-docling", "exaone4", "roberta-bpe",
       "jina-v1-en", "jina-v2-code"), "gpt2", False, False),
-    (("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan"), "qwen2", False, False),
+    (("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan", "kormo", "f2llmv2",
+      "solar-open", "grok-2"), "qwen2", False, False),
+    (("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), "gpt4o", False, False),
+    (("seed-coder",), "seed-coder", False, False),
+    (("bailingmoe", "bailingmoe2", "llada-moe"), "bailingmoe", False, False),
+    (("deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"), "deepseek3", False, False),
     (("qwen35",), "qwen35", False, False),
     (("tekken",), "tekken", True, True),
     (("falcon",), "falcon", False, False),

@@ -123,15 +123,39 @@ def piece_digest(llm) -> tuple[str, list[int]]:
     return h.hexdigest(), eog
 
 
-def make_fixture(name: str, path: Path) -> dict:
+def with_pre(src: str, dest: str, pre: str) -> None:
+    """Copy GGUF src to dest with tokenizer.ggml.pre replaced (or removed when pre is "")."""
+    import gguf
+    reader = gguf.GGUFReader(src)
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(dest, arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in ("general.architecture", "tokenizer.ggml.pre"):
+            continue
+        sub = field.types[1] if len(field.types) > 1 else None
+        writer.add_key_value(key, field.contents(), field.types[0], sub)
+    if pre:
+        writer.add_key_value("tokenizer.ggml.pre", pre, gguf.GGUFValueType.STRING)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def make_fixture(name: str, path: Path, pre: str | None = None) -> dict:
     import llama_cpp
     raw = path.read_bytes()
     if path.suffix == ".xz":
         raw = lzma.decompress(raw)
-    with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
+    with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp, \
+            tempfile.NamedTemporaryFile(suffix=".gguf") as renamed:
         tmp.write(raw)
         tmp.flush()
-        llm = llama_cpp.Llama(tmp.name, vocab_only=True, verbose=False)
+        model_path = tmp.name
+        if pre is not None:
+            with_pre(tmp.name, renamed.name, pre)
+            model_path = renamed.name
+        llm = llama_cpp.Llama(model_path, vocab_only=True, verbose=False)
         vocab = llm._model.vocab
         texts = FIXED + generated_strings(vocab_specials(llm))
         cases = []
@@ -149,6 +173,7 @@ def make_fixture(name: str, path: Path) -> dict:
             "name": name,
             "source": path.name,
             "gguf_sha256": hashlib.sha256(raw).hexdigest(),
+            "pre_override": pre,
             "tokenizer_model": meta.get("tokenizer.ggml.model"),
             "pre": meta.get("tokenizer.ggml.pre"),
             "llama_cpp_python": llama_cpp.__version__,
@@ -174,7 +199,8 @@ def main(argv: list[str]) -> None:
         sys.exit(__doc__)
     for arg in argv:
         name, _, path = arg.partition("=")
-        fixture = make_fixture(name, Path(path))
+        path, at, pre = path.partition("@")
+        fixture = make_fixture(name, Path(path), pre if at else None)
         dest = out_dir / f"{name}.json"
         cases = fixture.pop("cases")
         head = json.dumps(fixture, ensure_ascii=False, indent=1)[:-2]  # one case per line below

@@ -30,26 +30,41 @@ def load_fixture(name: str) -> dict:
     return json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
 
 
-_METADATA: dict[str, dict] = {}
+_SOURCES: dict[str, dict] = {}   # metadata per vocab file
+_METADATA: dict[str, dict] = {}  # per fixture (a file's metadata with the fixture's pre)
 
 
-def vocab_metadata(name: str, tmp_dir: Path) -> dict:
-    """GGUF metadata of the fixture's vocabulary; checks it is the file llama.cpp read."""
-    if name not in _METADATA:
-        fx = load_fixture(name)
-        if fx["source"].endswith(".xz"):
-            raw = lzma.decompress((FIXTURES / fx["source"]).read_bytes())
-            path = tmp_dir / fx["source"][:-3]
+def source_metadata(fx: dict, tmp_dir: Path) -> dict:
+    """GGUF metadata of the fixture's vocab file; checks it is the file llama.cpp read."""
+    source = fx["source"]
+    if source not in _SOURCES:
+        if source.endswith(".xz"):
+            raw = lzma.decompress((FIXTURES / source).read_bytes())
+            path = tmp_dir / source[:-3]
             path.write_bytes(raw)
         else:
             from pti_cli.default_model import default_gguf
             path = default_gguf()
-            assert path.name == fx["source"]
+            assert path.name == source
             raw = path.read_bytes()
         assert hashlib.sha256(raw).hexdigest() == fx["gguf_sha256"], "not the vocab the fixture was made from"
         meta = gguf_metadata(path)
-        _METADATA[name] = {k: v for k, v in meta.items()
-                           if k.startswith("tokenizer.") or k == "general.name"}
+        _SOURCES[source] = {k: v for k, v in meta.items()
+                            if k.startswith("tokenizer.") or k == "general.name"}
+    return _SOURCES[source]
+
+
+def vocab_metadata(name: str, tmp_dir: Path) -> dict:
+    """The metadata llama.cpp tokenized the fixture with: some fixtures reuse a vocab
+    file under another tokenizer.ggml.pre ("" = key removed) to cover that type."""
+    if name not in _METADATA:
+        fx = load_fixture(name)
+        meta = dict(source_metadata(fx, tmp_dir))
+        if fx.get("pre_override") is not None:
+            meta.pop("tokenizer.ggml.pre", None)
+            if fx["pre_override"]:
+                meta["tokenizer.ggml.pre"] = fx["pre_override"]
+        _METADATA[name] = meta
     return _METADATA[name]
 
 
@@ -67,8 +82,10 @@ def tokenizer_for(tmp_path_factory):
 
 def test_fixture_set_covers_the_pre_tokenizers():
     pres = {load_fixture(n)["pre"] for n in NAMES}
-    assert {"smollm", "gpt-2", "llama-bpe", "qwen2", "deepseek-coder", "falcon", "mpt"} <= pres
-    assert "smollm2" in NAMES and len(NAMES) >= 8
+    assert {"smollm", "gpt-2", "llama-bpe", "qwen2", "deepseek-coder", "falcon", "mpt", None, "tekken",
+            "qwen35", "gpt-4o", "dbrx", "poro-chat", "viking", "seed-coder", "bailingmoe",
+            "deepseek-v3"} <= pres
+    assert {"smollm2", "llama-spm", "phi-3"} <= set(NAMES) and len(NAMES) >= 19
     for n in NAMES:
         assert len(load_fixture(n)["cases"]) >= 300
 
