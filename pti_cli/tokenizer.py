@@ -360,6 +360,11 @@ class Tokenizer:
         parse_special: match control-token texts like "<|im_start|>" as those tokens."""
         if not isinstance(text, str):
             raise PtiError("text to tokenize must be a str")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates, e.g. from a JSON "\ud800"
+            raise PtiError(f"text is not valid Unicode (character {e.start}: "
+                           f"{text[e.start]!r})") from None
         ids: list[int] = []
         if self._rstrip[parse_special] is not None:
             text = self._rstrip[parse_special].sub(r"\1", text)

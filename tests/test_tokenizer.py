@@ -229,6 +229,12 @@ def test_bad_tokenizer_metadata():
         Tokenizer.from_metadata(dup)
 
 
+def test_encode_rejects_lone_surrogates(tokenizer_for):
+    tok = tokenizer_for("smollm2")
+    with pytest.raises(PtiError, match="not valid Unicode"):
+        tok.encode("a\ud800b")
+
+
 def test_decode_rejects_ids_outside_the_vocabulary(tokenizer_for):
     tok = tokenizer_for("smollm2")
     with pytest.raises(PtiError, match="outside the vocabulary"):
