@@ -389,6 +389,9 @@ class Tokenizer:
         return self._piece_bytes[token_id]
 
     def _build_piece_bytes(self) -> list[bytes]:
+        # Not the pipeline's decoder: tokenizers runs user-defined tokens' text
+        # (e.g. deepseek-coder's "ö") through ByteLevel too and garbles it, and
+        # streaming needs bytes per token anyway.
         pieces = []
         if self.model_kind == "gpt2":
             table = byte_level_alphabet()
