@@ -56,17 +56,31 @@ def _q8_rows(src, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
     return q, d.astype(np.float16, copy=False)
 
 
-def _q8_bytes(src, r0: int, r1: int) -> np.ndarray:
-    """Rows [r0, r1) as GGUF Q8_0 bytes uint8 [n, nb*34].  A source that can hand
-    out its stored Q8_0 bytes (optional method q8_raw_rows) skips the split into
-    ints and scales and the re-join: the fast path of packing Q8_0 checkpoints."""
+def _q8_raw(src, r0: int, r1: int) -> np.ndarray | None:
+    """Rows [r0, r1) as the source's stored Q8_0 bytes uint8 [n, nb*34], when the
+    source can hand them out (optional TensorSource.q8_raw_rows): the fast path for
+    Q8_0 checkpoints, with no split into ints and scales and no re-join."""
     raw_rows = getattr(src, "q8_raw_rows", None)
     raw = raw_rows(r0, r1) if raw_rows is not None else None
-    if raw is not None:
-        if raw.shape != (r1 - r0, F.q8_row_bytes(src.shape[1])):
-            raise PtiError(f"tensor {src.name}: source rows have shape {raw.shape}, expected K={src.shape[1]}")
-        return raw
-    return F.pack_q8(*_q8_rows(src, r0, r1))
+    if raw is not None and raw.shape != (r1 - r0, F.q8_row_bytes(src.shape[1])):
+        raise PtiError(f"tensor {src.name}: source rows have shape {raw.shape}, expected K={src.shape[1]}")
+    return raw
+
+
+def _q8_bytes(src, r0: int, r1: int) -> np.ndarray:
+    """Rows [r0, r1) as GGUF Q8_0 bytes uint8 [n, nb*34] (mode 8)."""
+    raw = _q8_raw(src, r0, r1)
+    return raw if raw is not None else F.pack_q8(*_q8_rows(src, r0, r1))
+
+
+def _ssq16_bytes(sa, sb, r0: int, r1: int) -> np.ndarray:
+    """Rows [r0, r1) of both twins interleaved into SSQ16 bytes uint8 [n, nb*68] (mode 16)."""
+    raw_a, raw_b = _q8_raw(sa, r0, r1), _q8_raw(sb, r0, r1)
+    if raw_a is not None and raw_b is not None:
+        return F.pack_ssq16_q8(raw_a, raw_b)
+    qa = F.unpack_q8(raw_a) if raw_a is not None else _q8_rows(sa, r0, r1)
+    qb = F.unpack_q8(raw_b) if raw_b is not None else _q8_rows(sb, r0, r1)
+    return F.pack_ssq16(*qa, *qb)
 
 
 def _vector_plan(name: str, src) -> TensorPlan:
@@ -99,7 +113,7 @@ def plan_tensors(a, b) -> list[TensorPlan]:
             sb = b.tensors[name]
             plans.append(TensorPlan(name, (rows, F.ssq16_row_bytes(k)), np.int8, None,
                                     rows=rows, row_bytes=F.ssq16_row_bytes(k), chunk_rows=chunk,
-                                    fill=lambda r0, r1, sa=sa, sb=sb: F.pack_ssq16_q8(_q8_bytes(sa, r0, r1), _q8_bytes(sb, r0, r1))))
+                                    fill=lambda r0, r1, sa=sa, sb=sb: _ssq16_bytes(sa, sb, r0, r1)))
     return plans
 
 

@@ -167,7 +167,7 @@ def test_atomic_output_on_injected_failure(twins, tmp_path, monkeypatch, exc):
     out = tmp_path / "out" / "t.ssq"
     out.parent.mkdir()
     calls = []
-    real = F.pack_ssq16_q8
+    real = pack_mod._ssq16_bytes
 
     def failing(*args):
         calls.append(1)
@@ -175,7 +175,7 @@ def test_atomic_output_on_injected_failure(twins, tmp_path, monkeypatch, exc):
             raise exc("injected")
         return real(*args)
 
-    monkeypatch.setattr(pack_mod.F, "pack_ssq16_q8", failing)
+    monkeypatch.setattr(pack_mod, "_ssq16_bytes", failing)
     with pytest.raises(exc):
         pack(a, b, out)
     assert len(calls) == 5
@@ -234,32 +234,33 @@ def test_one_gib_tensor_under_1_5_gib_peak_rss(tmp_path):
     assert not raw[-1].any()                                              # the zero tail
 
 
-def test_raw_q8_fast_path_gives_the_same_file(twins, tmp_path, monkeypatch):
-    """A source offering its stored Q8_0 bytes (optional q8_raw_rows) packs to the
-    same bytes as through q8_rows (ints and scales)."""
+def test_raw_q8_path_and_split_path_give_the_same_file(twins, tmp_path, monkeypatch):
+    """Q8_0 sources handing out their stored bytes (q8_raw_rows) and sources giving
+    only ints and scales (q8_rows) pack to the same bytes, also mixed."""
     a, b, _, _ = twins
-    slow = tmp_path / "slow.ssq"
-    pack(a, b, slow)
-    pack(a, None, tmp_path / "slow8.ssq")
     from pti_cli.sources import checkpoint
     real_open = checkpoint.open_checkpoint
-    calls = []
+    raw_calls = []
 
-    def open_with_raw(path):
-        ck = real_open(path)
-        stored = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(path).tensors}
-        for name, src in ck.tensors.items():
-            if len(src.shape) == 2:
-                def raw(r0, r1, name=name):
-                    calls.append(name)
-                    return stored[name][r0:r1]
-                src.q8_raw_rows = raw
-        return ck
+    def opener(split: set):
+        def open_(path):
+            ck = real_open(path)
+            for src in ck.tensors.values():
+                if Path(path).name in split:
+                    src.q8_raw_rows = lambda r0, r1: None          # no stored bytes on offer
+                else:
+                    real = src.q8_raw_rows
+                    src.q8_raw_rows = lambda r0, r1, real=real: raw_calls.append(1) or real(r0, r1)
+            return ck
+        return open_
 
-    monkeypatch.setattr(checkpoint, "open_checkpoint", open_with_raw)
-    fast = tmp_path / "fast.ssq"
-    pack(a, b, fast)
-    pack(a, None, tmp_path / "fast8.ssq")
-    assert calls
-    assert fast.read_bytes() == slow.read_bytes()
-    assert (tmp_path / "fast8.ssq").read_bytes() == (tmp_path / "slow8.ssq").read_bytes()
+    outs = {}
+    for split in ({"a.gguf", "b.gguf"}, set(), {"b.gguf"}):
+        monkeypatch.setattr(checkpoint, "open_checkpoint", opener(split))
+        for args in ((a, b), (a, None)):
+            out = tmp_path / f"{len(split)}-{len(args[1:]) if args[1] else 0}.ssq"
+            pack(*args, out)
+            outs.setdefault(args[1] is None, []).append(out.read_bytes())
+    assert raw_calls
+    for files in outs.values():
+        assert files[0] == files[1] == files[2]
