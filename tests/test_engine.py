@@ -181,14 +181,14 @@ def run_real(model, ps, **cfg):
     return res
 
 
-def plain_reference(model, prompt, n, params, s):
+def plain_reference(model, prompt, n, params, s, eog=frozenset({2})):
     """Plain decoding with the Model alone: one token per forward, no engine."""
     kv, ctx, out = model.new_kv(), list(prompt), []
     logits = model.forward([(kv, 0, ctx)])[-1]
     while True:
         tok = sample(logits.numpy(), params, s, len(out))
         out.append(tok)
-        if tok == 2 or len(out) == n:
+        if tok in eog or len(out) == n:
             return out
         logits = model.forward([(kv, 0, [tok])])[-1]
 
