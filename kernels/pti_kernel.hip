@@ -25,9 +25,12 @@
 // order, also independent of M.
 
 // ---------------------------------------------------------------- portability
-#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__) || defined(__HIP_DEVICE_COMPILE__)
+#if defined(__HIP__) || defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__) || defined(__HIP_DEVICE_COMPILE__)
 #define PTI_HIP 1
 #define PTI_WARP 64  // CDNA/GCN wavefront; the kernels below use shared memory, not shuffles
+#if !defined(__HIPCC_RTC__)
+#include <hip/hip_runtime.h>  // hipcc (the offline check); hiprtc provides these itself
+#endif
 typedef unsigned long long pti_u64;
 __device__ __forceinline__ float pti_f16_to_f32(unsigned short h) {
     return (float)__builtin_bit_cast(_Float16, h);
@@ -409,116 +412,6 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 
-// The many-rows variant ("_p1"): the same work and arithmetic as pti_mm_tc,
-// but the next step's weights are loaded while the current step is computed
-// (a register double buffer), and the activations are loaded per block at use.
-// With 4-8 tiles of activation rows, pti_mm_tc can afford only 1-2 blocks in
-// flight per warp; this keeps U blocks in flight all the time.
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U>
-__device__ __forceinline__ void pti_mm_pf(const PtiArgs& a) {
-    constexpr int S = NTW * RG * MT;
-    extern __shared__ __align__(16) unsigned char pti_smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int unit = blockIdx.x;
-    const unsigned zero = (unsigned)a.vec_ok >> 31;
-    const unsigned KM = 0x807f807fu ^ zero, KS = 0x80008000u ^ zero;
-    float acc[S * 4];
-#pragma unroll
-    for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
-    const int nfull = a.vec_ok ? a.K / 32 : 0;
-    const int nsteps = nfull > warp + 8 * (U - 1) ? (nfull - warp - 8 * (U - 1) + 8 * U - 1) / (8 * U) : 0;
-    const uint4* qp[NTW][RG];
-    const unsigned* sp[NTW][RG];
-    const uint4* xp[NTW][MT];
-    bool xok[NTW][MT];
-#pragma unroll
-    for (int tw = 0; tw < NTW; ++tw) {
-#pragma unroll
-        for (int r = 0; r < RG; ++r) {
-            const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + warp;
-            qp[tw][r] = (tw ? a.q[1] : a.q[0]) + blk * 32 + lane;
-            sp[tw][r] = (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2);
-        }
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            const int row = mt * 8 + (lane >> 2);
-            xok[tw][mt] = row < (tw ? a.M[1] : a.M[0]);
-            xp[tw][mt] = (const uint4*)((tw ? a.x[1] : a.x[0]) + (xok[tw][mt] ? (pti_u64)row * a.ldx : 0) +
-                                        warp * 32 + 8 * (lane & 3));
-        }
-    }
-    uint4 wc[U][NTW][RG];
-    unsigned sc[U][NTW][RG];
-    if (nsteps > 0) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                for (int r = 0; r < RG; ++r) {
-                    wc[u][tw][r] = pti_ld_stream(qp[tw][r] + u * 8 * 32);
-                    sc[u][tw][r] = __ldg(sp[tw][r] + u * 8 * 8);
-                }
-    }
-    for (int i = 0; i < nsteps; ++i) {
-        uint4 wn[U][NTW][RG];
-        unsigned sn[U][NTW][RG];
-        if (i + 1 < nsteps) {
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-#pragma unroll
-                for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                    for (int r = 0; r < RG; ++r) {
-                        wn[u][tw][r] = pti_ld_stream(qp[tw][r] + (U + u) * 8 * 32);
-                        sn[u][tw][r] = __ldg(sp[tw][r] + (U + u) * 8 * 8);
-                    }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            uint4 xv[NTW][MT];
-#pragma unroll
-            for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-                    xv[tw][mt] = xok[tw][mt] ? __ldg(xp[tw][mt] + u * 8 * 4) : make_uint4(0, 0, 0, 0);
-            pti_block<TIN, NTW, RG, MT>(wc[u], sc[u], xv, acc, KM, KS);
-        }
-#pragma unroll
-        for (int tw = 0; tw < NTW; ++tw) {
-#pragma unroll
-            for (int r = 0; r < RG; ++r) {
-                qp[tw][r] += 8 * U * 32;
-                sp[tw][r] += 8 * U * 8;
-            }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) xp[tw][mt] += 8 * U * 4;
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                for (int r = 0; r < RG; ++r) {
-                    wc[u][tw][r] = wn[u][tw][r];
-                    sc[u][tw][r] = sn[u][tw][r];
-                }
-    }
-    for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
-        pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, KM, KS);
-    pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
-}
-
-#define PTI_PF(NAME, TIN, TOUT, NTW, RG, MT, U)                                               \
-    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
-        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
-        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
-        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok};                                        \
-        pti_mm_pf<TIN, TOUT, NTW, RG, MT, U>(a);                                               \
-    }
-
 #define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U)                                               \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
@@ -539,12 +432,7 @@ __device__ __forceinline__ void pti_mm_pf(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1)  \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4)  \
-    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2)  \
-    PTI_PF(pti_mm_##TAG##_t1_r2_m2_u4_p1, TIN, TOUT, 1, 2, 2, 4)  \
-    PTI_PF(pti_mm_##TAG##_t1_r1_m2_u8_p1, TIN, TOUT, 1, 1, 2, 8)  \
-    PTI_PF(pti_mm_##TAG##_t1_r2_m4_u2_p1, TIN, TOUT, 1, 2, 4, 2)  \
-    PTI_PF(pti_mm_##TAG##_t1_r2_m8_u1_p1, TIN, TOUT, 1, 2, 8, 1)  \
-    PTI_PF(pti_mm_##TAG##_t1_r1_m8_u2_p1, TIN, TOUT, 1, 1, 8, 2)
+    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
 """CI check of kernels/pti_kernel.hip with no GPU: compile it through NVRTC for
 sm_80 and sm_90, print ptxas' resource report per kernel, and fail on a compile
-error or on any local-memory use (stack frame or spills)."""
+error or on any local-memory use (stack frame or spills).  Where `hipcc` (ROCm
+or Debian's) is installed, also compile the HIP path for gfx90a and gfx1030
+(an offline compile only: nothing has run on AMD hardware)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,8 +43,25 @@ def main() -> int:
         if not out.resources:
             print(f"FAIL {arch}: no resource report in the compiler log")
             failed = True
+    failed |= not check_hipcc()
     print("check_kernels: FAIL" if failed else "check_kernels: OK")
     return 1 if failed else 0
+
+
+def check_hipcc() -> bool:
+    hipcc = shutil.which("hipcc")
+    if hipcc is None:
+        print("hipcc: not installed, HIP compile not checked")
+        return True
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [hipcc, "--offload-arch=gfx90a", "--offload-arch=gfx1030", "-O3", "-std=c++17", "-c",
+               str(Path(__file__).resolve().parents[1] / "kernels" / "pti_kernel.hip"), "-o", f"{tmp}/k.o"]
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
+    if r.returncode != 0:
+        print(f"FAIL hipcc: {(r.stderr or r.stdout).strip()[-2000:]}")
+        return False
+    print("hipcc: gfx90a, gfx1030 compile OK")
+    return True
 
 
 if __name__ == "__main__":

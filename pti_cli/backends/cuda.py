@@ -31,11 +31,10 @@ TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 # (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md).  Twins with more than 8
 # rows go as two one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
 TC_VARIANTS = {
-    1: ((8, "t1_r1_m1_u8"), (16, "t1_r2_m2_u4_p1"), (32, "t1_r2_m4_u2_p1"), (64, "t1_r1_m8_u2_p1")),
+    1: ((8, "t1_r1_m1_u8"), (16, "t1_r2_m2_u4"), (32, "t1_r2_m4_u2"), (64, "t1_r2_m8_u1")),
     2: ((8, "t2_r1_m1_u4"),),
 }
-EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u8_p1",
-                  "t1_r2_m8_u1_p1")   # compared by `pti bench --kernels --kernel-variants`
+EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2")   # compared by `pti bench --kernels --kernel-variants`
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -67,8 +66,8 @@ def variant_for(twins: int, m: int) -> str:
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2_p1' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 1} (p1: the prefetching kernel)."""
-    return {"p": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
+    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2}."""
+    return {p[0]: int(p[1:]) for p in name.split("_")}
 
 
 SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
