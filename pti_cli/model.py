@@ -46,12 +46,29 @@ class Model:
         self.twins = TWIN_IDS[twins]
         self.context_length = cfg.context_length
         self.passes = 0                      # forward() calls: one per pass
-        names = [f"blk.{i}.{m}.weight" for i in range(cfg.n_layers)
-                 for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
-        names.append("token_embd.weight" if cfg.tied_embeddings else "output.weight")
-        self.mats = {n: backend.load_matrix(ssq, n, twins) for n in names}
+        self.mats = {}
+        # a backend that can stack matrices of one K gets q|k|v and gate|up as one matmul each
+        fuse = getattr(backend, "load_matrices", None)
+        for i in range(cfg.n_layers):
+            b = f"blk.{i}."
+            for group in (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"), ("attn_output",), ("ffn_down",)):
+                names = [b + m + ".weight" for m in group]
+                if len(group) > 1 and fuse is not None:
+                    self.mats[b + "|".join(group)] = fuse(ssq, names, twins)
+                else:
+                    self.mats.update({n: backend.load_matrix(ssq, n, twins) for n in names})
+        out = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
+        self.mats[out] = backend.load_matrix(ssq, out, twins)
         vec_names = [n for n in ssq.tensor_names if not ssq.is_matrix(n)]
         self.vecs = {t: {n: self._tensor(ssq.dense(n, t)) for n in vec_names} for t in self.twins}
+        for vecs in self.vecs.values():      # joint per-layer vectors: one op for q|k|v and q|k
+            for i in range(cfg.n_layers):
+                b = f"blk.{i}."
+                if cfg.qkv_bias:
+                    vecs[b + "qkv_bias"] = torch.cat([vecs[b + f"attn_{m}.bias"] for m in "qkv"])
+                if cfg.qk_norm:
+                    vecs[b + "qk_norm"] = torch.cat([vecs[b + "attn_q_norm.weight"].expand(cfg.n_heads, -1),
+                                                     vecs[b + "attn_k_norm.weight"].expand(cfg.n_kv_heads, -1)])
         # the embedding table stays int8 + scales; forward dequantises only the rows it gathers
         self.embd = {}
         for t in self.twins:
@@ -90,16 +107,35 @@ class Model:
         ya, yb = self.backend.matmul_twins(x[:n_a], x[n_a:], w)
         return torch.cat([ya, yb])
 
+    def _qkv(self, h: torch.Tensor, b: str, n_a: int) -> torch.Tensor:
+        """q | k | v of layer b side by side (one fused matmul when the backend stacks them), biases added."""
+        if b + "attn_q|attn_k|attn_v" in self.mats:
+            qkv = self._linear(h, b + "attn_q|attn_k|attn_v", n_a)
+        else:
+            qkv = torch.cat([self._linear(h, b + f"attn_{m}.weight", n_a) for m in "qkv"], dim=-1)
+        if self.cfg.qkv_bias:
+            qkv = qkv + self._vec(b + "qkv_bias", n_a, h.shape[0])
+        return qkv
+
+    def _linear_split(self, x: torch.Tensor, b: str, group: tuple[str, ...], n_a: int) -> list[torch.Tensor]:
+        """The outputs of several matrices of one layer: one fused matmul when loaded stacked."""
+        fused = b + "|".join(group)
+        if fused not in self.mats:
+            return [self._linear(x, b + m + ".weight", n_a) for m in group]
+        sizes = {"attn_q": self.cfg.q_dim, "attn_k": self.cfg.kv_dim, "attn_v": self.cfg.kv_dim,
+                 "ffn_gate": self.cfg.ffn, "ffn_up": self.cfg.ffn}
+        return list(self._linear(x, fused, n_a).split([sizes[m] for m in group], dim=-1))
+
     def _vec(self, name: str, n_a: int, n: int) -> torch.Tensor:
-        """A per-twin vector broadcast to the rows: [1, d] for one twin, [n, d] for both."""
+        """A per-twin vector (or [heads, d] table) broadcast to the rows: [1, ...] for one twin, [n, ...] for both."""
         if n_a == n or n_a == 0:
             return self.vecs[0 if n_a == n else 1][name][None]
         a, b = self.vecs[0][name], self.vecs[1][name]
-        return torch.cat([a.expand(n_a, -1), b.expand(n - n_a, -1)])
+        return torch.cat([a.expand(n_a, *a.shape), b.expand(n - n_a, *b.shape)])
 
     def _norm(self, x: torch.Tensor, name: str, n_a: int) -> torch.Tensor:
-        var = x.pow(2).mean(-1, keepdim=True)
-        return x * torch.rsqrt(var + self.cfg.rms_eps) * self._vec(name, n_a, x.shape[0])
+        """RMSNorm over the last dim, then the (per-twin) weight: the same ops whatever the twins in the pass."""
+        return F.rms_norm(x, x.shape[-1:], None, self.cfg.rms_eps) * self._vec(name, n_a, x.shape[0])
 
     def _rope_table(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [positions, head_dim/2], grown in fixed chunks (bits independent of growth)."""
@@ -116,19 +152,15 @@ class Model:
             self._rope_sin = torch.cat([self._rope_sin, freqs.sin().to(self.device)])
         return self._rope_cos, self._rope_sin
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x [rows, heads, head_dim]; cos/sin [rows, 1, head_dim/2]."""
+    def _rope(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """x [rows, heads, head_dim]; rope = (cos, sin) [rows, 1, head_dim/2], or (cos + i sin,)."""
         if self.cfg.rope_neox:
+            cos, sin = rope
             x1, x2 = x.chunk(2, dim=-1)
             return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-        xp = x.unflatten(-1, (-1, 2))
-        x1, x2 = xp[..., 0], xp[..., 1]
-        return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
-
-    def _head_norm(self, x: torch.Tensor, name: str, n_a: int) -> torch.Tensor:
-        """qwen3's RMSNorm over each head: x [rows, heads, head_dim]."""
-        var = x.pow(2).mean(-1, keepdim=True)
-        return x * torch.rsqrt(var + self.cfg.rms_eps) * self._vec(name, n_a, x.shape[0])[:, None]
+        # adjacent pairs (x0, x1) as complex numbers x0 + i x1, rotated by cos + i sin
+        rot = torch.view_as_complex(x.unflatten(-1, (-1, 2)).contiguous()) * rope[0]
+        return torch.view_as_real(rot).flatten(-2)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p0: int) -> torch.Tensor:
         """Attention of the rows q [n, H, D] at positions p0 .. p0+n-1 over k/v [>= p0+n, Hkv, D].
@@ -168,21 +200,20 @@ class Model:
         pos = torch.tensor([p0 + j for (_, _, t), p0 in zip(seqs, starts) for j in range(len(t))])
         cos, sin = self._rope_table(int(pos.max()) + 1)
         cos, sin = cos[pos][:, None], sin[pos][:, None]
+        rope = (cos, sin) if c.rope_neox else (torch.complex(cos, sin),)
         x = torch.cat([self._embed(t, tw) for _, tw, t in seqs])
         rows = x.shape[0]
 
         for i in range(c.n_layers):
             b = f"blk.{i}."
             h = self._norm(x, b + "attn_norm.weight", n_a)
-            q, k, v = (self._linear(h, b + f"attn_{m}.weight", n_a) for m in "qkv")
-            if c.qkv_bias:
-                q, k, v = (y + self._vec(b + f"attn_{m}.bias", n_a, rows) for y, m in zip((q, k, v), "qkv"))
-            q = q.view(rows, c.n_heads, c.head_dim)
-            k = k.view(rows, c.n_kv_heads, c.head_dim)
-            if c.qk_norm:
-                q, k = self._head_norm(q, b + "attn_q_norm.weight", n_a), self._head_norm(k, b + "attn_k_norm.weight", n_a)
-            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
-            v = v.view(rows, c.n_kv_heads, c.head_dim)
+            qkv = self._qkv(h, b, n_a)                              # [rows, q | k | v]
+            qk = qkv[:, :c.q_dim + c.kv_dim].view(rows, c.n_heads + c.n_kv_heads, c.head_dim)
+            if c.qk_norm:                                            # qwen3: RMSNorm per head
+                qk = self._norm(qk, b + "qk_norm", n_a)
+            qk = self._rope(qk, rope)                                # q and k heads in one call
+            q, k = qk[:, :c.n_heads], qk[:, c.n_heads:]
+            v = qkv[:, c.q_dim + c.kv_dim:].view(rows, c.n_kv_heads, c.head_dim)
             att = torch.empty(rows, c.q_dim, device=x.device, dtype=x.dtype)
             r0 = 0
             for (kv, _, t), p0 in zip(seqs, starts):
@@ -193,7 +224,7 @@ class Model:
                 r0 = r1
             x = x + self._linear(att, b + "attn_output.weight", n_a)
             h = self._norm(x, b + "ffn_norm.weight", n_a)
-            gate, up = self._linear(h, b + "ffn_gate.weight", n_a), self._linear(h, b + "ffn_up.weight", n_a)
+            gate, up = self._linear_split(h, b, ("ffn_gate", "ffn_up"), n_a)
             x = x + self._linear(F.silu(gate) * up, b + "ffn_down.weight", n_a)
 
         for (kv, _, t), p0 in zip(seqs, starts):

@@ -245,7 +245,7 @@ def test_backend_matmul_is_exact_product(tiny):
     """The tiled matmul computes x W^T (checked in float64), for row counts around the tile size."""
     model, _ = tiny
     be = model.backend
-    w = model.mats["blk.0.ffn_up.weight"]
+    w = model.mats["blk.0.ffn_down.weight"]
     wt = w.twins[0].double()
     for m in (1, be.tile_rows - 1, be.tile_rows, be.tile_rows + 1, 3 * be.tile_rows + 2):
         x = torch.randn(m, wt.shape[1])

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .base import Backend
 
 TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
-TILE_ROWS = 8   # rows per matmul call; see docs/perf.md (torch backend) for the choice
+TILE_ROWS = 4   # rows per matmul call; see docs/perf.md (torch backend) for the choice
 
 
 def _onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
@@ -80,6 +81,16 @@ class TorchRefBackend(Backend):
             return self._prepack(DenseMatrix({t: w for t in ids}, True))
         return self._prepack(DenseMatrix({t: self._to_device(ssq.dense(name, t)) for t in ids}, False))
 
+    def load_matrices(self, ssq, names: list[str], twins: str) -> DenseMatrix:
+        """Several matrices of one K stacked by rows into one (q|k|v, gate|up): one call
+        computes all their outputs side by side, columns in the order of `names`."""
+        ids = TWIN_IDS[twins]
+        if ssq.identical:
+            w = self._to_device(np.concatenate([ssq.dense(n, 0) for n in names]))
+            return self._prepack(DenseMatrix({t: w for t in ids}, True))
+        return self._prepack(DenseMatrix(
+            {t: self._to_device(np.concatenate([ssq.dense(n, t) for n in names])) for t in ids}, False))
+
     def _prepack(self, w: DenseMatrix) -> DenseMatrix:
         if self.kernel == "onednn":
             packed = {}
@@ -105,20 +116,20 @@ class TorchRefBackend(Backend):
         n, k = wt.shape
         m, r = x.shape[0], self.tile_rows
         xin, yout = self._buf("in", k), self._buf("out", n)
-        y = torch.empty(m, n, device=self.device)
         if torch.get_num_threads() != self.threads:   # the work split must not change
             torch.set_num_threads(self.threads)
+        tiles = []
         for r0 in range(0, m, r):
             rows = min(r, m - r0)
             xin[:rows].copy_(x[r0:r0 + rows])
             if rows < r:
                 xin[rows:].zero_()
             if w.packed is not None:
-                y[r0:r0 + rows].copy_(_onednn_linear(xin, w.packed[twin])[:rows])
+                tiles.append(_onednn_linear(xin, w.packed[twin])[:rows])   # a fresh tensor each call
             else:
                 torch.mm(xin, wt.t(), out=yout)
-                y[r0:r0 + rows].copy_(yout[:rows])
-        return y
+                tiles.append(yout[:rows].clone())
+        return tiles[0] if len(tiles) == 1 else torch.cat(tiles)
 
     def matmul_twins(self, xa: torch.Tensor, xb: torch.Tensor, w: DenseMatrix) -> tuple[torch.Tensor, torch.Tensor]:
         if w.identical:   # one model: both twins' rows share the tiles (still one fixed shape per call)
