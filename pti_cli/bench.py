@@ -135,6 +135,7 @@ class Row:
     passes: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    rows_per_seq: float = 1.0  # rows verified per sequence per pass (1 + draft)
     host_pct: float = 0.0      # share of decode wall time the host spent outside the GPU wait
     repeats_identical: bool = True
     seq0_ids: list[int] = field(default_factory=list, repr=False)
@@ -166,12 +167,17 @@ def _decode_plain(model: GpuModel, firsts: list[int], starts: list[int], gen: in
     return len(cur) * gen, gen, out
 
 
+ROWS_PER_PASS = 64   # the kernels read the weights once for up to 64 rows: drafts shrink to fit
+
+
 def _decode_replay(model: GpuModel, truth: list[list[int]], starts: list[int], gen: int, twins: str,
                    trace: list[list[list[int]]]):
-    """Replay an accept trace: each pass, sequence i verifies the rows its trace says, its
-    drafts being its true greedy continuation (`truth`, from plain decoding), and keeps
-    the trace's accepted count.  The output is then the plain greedy output."""
+    """Replay an accept trace: each pass, sequence i verifies the rows its trace says (cut
+    so that the pass holds at most ROWS_PER_PASS rows), its drafts being its true greedy
+    continuation (`truth`, from plain decoding), and keeps the trace's accepted count.
+    The output is then the plain greedy output."""
     n = len(truth)
+    cap = max(1, ROWS_PER_PASS // n)
     pos, emitted, step = list(starts), [0] * n, [0] * n
     passes = 0
     out = [[t[0]] for t in truth]
@@ -182,7 +188,7 @@ def _decode_replay(model: GpuModel, truth: list[list[int]], starts: list[int], g
                 continue
             t = trace[i % len(trace)]
             rows, keep = t[step[i] % len(t)]
-            rows = max(1, min(rows, gen - emitted[i], model.max_ctx - pos[i]))
+            rows = max(1, min(rows, cap, gen - emitted[i], model.max_ctx - pos[i]))
             keep = max(1, min(keep, rows))
             e = emitted[i]
             batch.append(SeqRows(i, truth[i][e:e + rows], pos[i], _twin_of(i, twins)))
@@ -213,7 +219,7 @@ def run_setting(model: GpuModel, s: Setting, prompt_len: int, gen: int, repeats:
     truth = None if s.spec == "none" else _decode_plain(model, firsts, starts, gen, s.twins)[2]
     runs = []
     for _ in range(repeats + 1):  # the first is the warm-up (graph capture happens there)
-        model.host_s = 0.0
+        model.host_s, model.rows = 0.0, 0
         sync()
         t = time.perf_counter()
         if s.spec == "none":
@@ -221,25 +227,20 @@ def run_setting(model: GpuModel, s: Setting, prompt_len: int, gen: int, repeats:
         else:
             res = _decode_replay(model, truth, starts, gen, s.twins, trace)
         sync()
-        runs.append((time.perf_counter() - t, model.host_s, *res))
+        runs.append((time.perf_counter() - t, model.host_s, *res, model.rows))
     timed = runs[1:] if repeats else runs
-    secs, host_s, tokens, passes, outs = sorted(timed, key=lambda r: r[0])[len(timed) // 2]
+    secs, host_s, tokens, passes, outs, rows = sorted(timed, key=lambda r: r[0])[len(timed) // 2]
     tau = tokens / passes / s.seqs
-    rows_per_seq = tau if s.spec == "none" else _mean_rows(trace)
+    rows_per_seq = rows / passes / s.seqs
     bpp = bytes_per_pass(model, s.seqs, rows_per_seq, prompt_len + gen / 2)
     ceiling = bandwidth / bpp * (tokens / passes)
     tok_s = tokens / secs
     return Row(s.seqs, s.spec, s.twins, "measured" if s.spec == "none" else "replay",
                bpp, ceiling, tok_s, 100.0 * tok_s / ceiling, tau,
                prefill_tok_s=s.seqs * prompt_len / prefill_s, passes=passes, tokens=tokens,
-               seconds=secs, host_pct=100.0 * host_s / secs,
+               seconds=secs, rows_per_seq=rows_per_seq, host_pct=100.0 * host_s / secs,
                repeats_identical=all(r[4] == runs[0][4] for r in runs)
                and (truth is None or outs == truth), seq0_ids=outs[0])
-
-
-def _mean_rows(trace: list) -> float:
-    rows = [r for t in trace for r, _ in t]
-    return sum(rows) / len(rows)
 
 
 # ---------------------------------------------------------------- traces

@@ -235,6 +235,7 @@ class GpuModel:
         self.sin = ang.sin().float().to(device)
         self.buckets: dict[tuple[int, int, int], _Bucket] = {}
         self.passes = 0
+        self.rows = 0       # real (unpadded) rows evaluated
         self.host_s = 0.0   # host time spent building passes and reading results (not the forward)
 
     # -- one forward over device vectors; S sequences x P rows, the first n_a_rows on twin A
@@ -337,6 +338,7 @@ class GpuModel:
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
         self.passes += 1
+        self.rows += sum(len(s.tokens) for s in seqs)
         t2 = time.perf_counter()
         ids = b.host_out.numpy()
         out = [ids[f:f + len(s.tokens)].copy() for f, s in zip(first, seqs)]
