@@ -1,20 +1,27 @@
 """Regenerate tests/fixtures/tokenizer/*.json: token ids made by llama.cpp.
 
 llama.cpp is the reference tokenizer for GGUF files.  This script runs in its
-own environment with llama-cpp-python (which builds llama.cpp; CI never needs it):
+own environment with llama-cpp-python (which builds llama.cpp; CI never needs it)
+and gguf-py:
 
     python3 -m venv /work/venv-llama
-    /work/venv-llama/bin/pip install llama-cpp-python numpy
-    /work/venv-llama/bin/python scripts/make_tokenizer_fixtures.py \\
-        smollm2=/path/to/SmolLM2-135M-Instruct.Q4_1.gguf \\
-        gpt-2=tests/fixtures/tokenizer/ggml-vocab-gpt-2.gguf.xz ...
+    /work/venv-llama/bin/pip install llama-cpp-python numpy gguf
+    /work/venv-llama/bin/python scripts/make_tokenizer_fixtures.py --regen \
+        --default-model /path/to/SmolLM2-135M-Instruct.Q4_1.gguf
 
-Options: --out DIR (default tests/fixtures/tokenizer).  Each NAME=PATH is a GGUF (optionally .xz-compressed) file; the vocab-only
-`ggml-vocab-*.gguf` files ship with llama.cpp's sources (vendor/llama.cpp/models/
-in the llama-cpp-python sdist).  For every vocab it tokenizes the same few
-hundred generated strings in all four modes (add_special x parse_special) and
-writes NAME.json with the ids, the BOS/EOS/EOG ids and a digest of every
-token's piece, so tests/test_tokenizer.py can compare without llama.cpp.
+--regen remakes every committed fixture from the source it records.  Or name
+vocabularies: NAME=PATH, a GGUF file (optionally .xz-compressed); NAME=PATH@PRE
+uses that file's vocabulary with tokenizer.ggml.pre set to PRE ("@" alone: key
+removed, llama.cpp's "default"), to cover pre-tokenizer types that have no
+vocab file here.  --out DIR writes elsewhere (default tests/fixtures/tokenizer).
+
+The vocab-only `ggml-vocab-*.gguf` files ship with llama.cpp's sources
+(vendor/llama.cpp/models/ in the llama-cpp-python sdist); the ones used are
+committed xz-compressed next to the fixtures.  For every vocab the script
+tokenizes the same few hundred generated strings in all four modes
+(add_special x parse_special) and writes NAME.json with the ids, the
+BOS/EOS/EOG ids and a digest of every token's piece, so tests/test_tokenizer.py
+can compare without llama.cpp.
 """
 
 from __future__ import annotations
@@ -191,24 +198,53 @@ def make_fixture(name: str, path: Path, pre: str | None = None) -> dict:
     return fixture
 
 
+def write_fixture(fixture: dict, dest: Path) -> None:
+    fixture = dict(fixture)
+    cases = fixture.pop("cases")
+    head = json.dumps(fixture, ensure_ascii=False, indent=1)[:-2]  # one case per line below
+    body = ",\n".join(json.dumps(c, ensure_ascii=False) for c in cases)
+    dest.write_text(f'{head},\n "cases": [\n{body}\n]}}\n', encoding="utf-8")
+    n = sum(len(c["ids"]) for c in cases)
+    print(f"{dest}: {len(cases)} strings, {n} encodings, pre={fixture['pre']}")
+
+
+def committed_jobs(fixtures: Path, default_model: Path | None) -> list[tuple[str, Path, str | None]]:
+    jobs = []
+    for path in sorted(fixtures.glob("*.json")):
+        fx = json.loads(path.read_text(encoding="utf-8"))
+        if fx["source"].endswith(".xz"):
+            source = fixtures / fx["source"]
+        elif default_model is not None and default_model.name == fx["source"]:
+            source = default_model
+        else:
+            sys.exit(f"{path.name}: pass --default-model PATH to {fx['source']}")
+        jobs.append((fx["name"], source, fx.get("pre_override")))
+    return jobs
+
+
 def main(argv: list[str]) -> None:
-    out_dir = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tokenizer"
-    if argv[:1] == ["--out"] and len(argv) >= 2:
-        out_dir, argv = Path(argv[1]), argv[2:]
-    if not argv:
+    fixtures = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tokenizer"
+    out_dir, default_model, regen, jobs = fixtures, None, False, []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--out":
+            out_dir = Path(next(args))
+        elif arg == "--default-model":
+            default_model = Path(next(args))
+        elif arg == "--regen":
+            regen = True
+        elif "=" in arg:
+            name, _, path = arg.partition("=")
+            path, at, pre = path.partition("@")
+            jobs.append((name, Path(path), pre if at else None))
+        else:
+            sys.exit(__doc__)
+    if regen:
+        jobs += committed_jobs(fixtures, default_model)
+    if not jobs:
         sys.exit(__doc__)
-    for arg in argv:
-        name, _, path = arg.partition("=")
-        path, at, pre = path.partition("@")
-        fixture = make_fixture(name, Path(path), pre if at else None)
-        dest = out_dir / f"{name}.json"
-        cases = fixture.pop("cases")
-        head = json.dumps(fixture, ensure_ascii=False, indent=1)[:-2]  # one case per line below
-        body = ",\n".join(json.dumps(c, ensure_ascii=False) for c in cases)
-        dest.write_text(f'{head},\n "cases": [\n{body}\n]}}\n', encoding="utf-8")
-        fixture["cases"] = cases
-        n = sum(len(c["ids"]) for c in fixture["cases"])
-        print(f"{dest}: {len(fixture['cases'])} strings, {n} encodings, pre={fixture['pre']}")
+    for name, path, pre in jobs:
+        write_fixture(make_fixture(name, path, pre), out_dir / f"{name}.json")
 
 
 if __name__ == "__main__":
