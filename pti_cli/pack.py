@@ -32,6 +32,7 @@ ROW_CHUNK_WEIGHTS = 1 << 20      # weights per row chunk and twin (4 MB as f32):
 # storage-describing keys of the source no longer hold for the .ssq file.
 SKIP_KEYS = ("general.architecture", "general.file_type", "general.quantization_version", "general.alignment")
 SKIP_PREFIXES = ("split.", "ssq.")
+MAX_NAME_LEN = 63              # GGML_MAX_NAME (64) less the terminating NUL
 
 
 @dataclass
@@ -97,6 +98,8 @@ def plan_tensors(a, b) -> list[TensorPlan]:
         if len(shape) == 1:
             plans.append(_vector_plan(name, sa))
             if b is not None:
+                if len(name + F.TWIN_B_SUFFIX) > MAX_NAME_LEN:
+                    raise PtiError(f"tensor name {name} is too long for its twin-B copy (GGUF names: {MAX_NAME_LEN} bytes)")
                 plans.append(_vector_plan(name + F.TWIN_B_SUFFIX, b.tensors[name]))
             continue
         if len(shape) != 2:
