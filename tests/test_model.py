@@ -274,3 +274,21 @@ def test_smollm2_matches_transformers(smollm2):
                      model.forward([(kv, 0, prompt[-1:])])])
     assert_logits_close(got, want)
     assert float(want.abs().max()) > 5      # a trained model's logits, not a degenerate load
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 64, "rope_theta": 10000.0},
+    {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0},
+], ids=["llama3", "linear"])
+def test_rope_scaling_matches_transformers(tmp_path, rope):
+    from transformers import AutoConfig
+    folder, path = packed_hf_model(tmp_path, "llama", random.randrange(1 << 30), rope_parameters=rope)
+    ssq = SSQFile(path)
+    model = Model(ssq, TorchRefBackend())
+    assert model.cfg.rope_freq_factors == (rope["rope_type"] == "llama3")
+    assert model.cfg.rope_linear_factor == (4.0 if rope["rope_type"] == "linear" else 1.0)
+    config = AutoConfig.from_pretrained(folder)
+    assert config.rope_parameters["rope_type"] == rope["rope_type"]
+    tokens = [random.randrange(model.cfg.vocab) for _ in range(100)]
+    assert_logits_close(model.forward([(model.new_kv(), 0, tokens)]), hf_logits(hf_reference(ssq, config), tokens))
