@@ -258,13 +258,17 @@ def pack_cli(a: Optional[Path], b: Optional[Path], output: Path, *, force: bool 
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
     console = Console(stderr=True)
     show = not quiet and console.is_terminal
-    progress = Progress(TextColumn("packing"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                        TimeRemainingColumn(), console=console, disable=not show)
-    task: list[Any] = []
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                        TimeRemainingColumn(), console=console, disable=not show, transient=False)
+    task: list[Any] = [progress.add_task("reading checkpoints", total=None)]
+
+    def start(total: int) -> None:
+        progress.remove_task(task[0])
+        task[0] = progress.add_task("packing", total=total)
+
     with progress:
         result = pack(a, b, output, force=force, name_a=name_a, name_b=name_b,
-                      on_start=lambda total: task.append(progress.add_task("pack", total=total)),
-                      on_bytes=lambda n: progress.advance(task[0], n))
+                      on_start=start, on_bytes=lambda n: progress.advance(task[0], n))
     if not quiet:
         kind = "identical twins, Q8_0" if result.identical else "two twins, SSQ16"
         print(f"wrote {result.output} ({result.bytes_written / 1e6:.1f} MB, mode {result.mode}: {kind}) "
