@@ -7,6 +7,14 @@ y = x W^T for them.  Contract, which lossless speculation relies on:
   and the weights, never on how many rows share the call or where the row
   sits among them.
 * A backend asked for one twin of an SSQ16 file loads only that twin's half.
+
+Optional, looked up with getattr by `Model`:
+
+* `load_matrices(ssq, names, twins)`: several matrices of one K stacked by rows
+  into one matrix (q|k|v, gate|up), so one matmul computes their outputs side
+  by side in the order of `names`.  Without it the model calls load_matrix per name.
+* `tile_rows` (int): rows per kernel call (TorchRefBackend); a pass of up to
+  that many rows costs one read of the weights, so drafts can be sized to it.
 """
 
 from __future__ import annotations
