@@ -28,12 +28,17 @@ REAL_SHAPES = {"attn_q": (576, 576), "attn_k": (192, 576), "ffn_up": (1536, 576)
                "output": (49152, 576)}
 
 
-def test_matmul_rows_bit_identical_for_every_m_and_position():
+@pytest.mark.parametrize("kernel", ["default", "mm"])
+def test_matmul_rows_bit_identical_for_every_m_and_position(kernel):
+    """kernel "mm": the torch.mm fallback (other devices, torch builds without oneDNN)."""
     rng = np.random.default_rng()
-    mats = {n: (rng.standard_normal(s) * 0.05).astype(np.float32) for n, s in REAL_SHAPES.items()}
+    shapes = {n: s for n, s in REAL_SHAPES.items() if kernel == "default" or n != "output"}
+    mats = {n: (rng.standard_normal(s) * 0.05).astype(np.float32) for n, s in shapes.items()}
     be = TorchRefBackend()
+    if kernel == "mm":
+        be.kernel = "mm"
     ssq = ArraySSQ(mats)
-    for name, (n, k) in REAL_SHAPES.items():
+    for name, (n, k) in shapes.items():
         w = be.load_matrix(ssq, name, "a")
         pool = torch.from_numpy(rng.standard_normal((64, k)).astype(np.float32))
         alone = torch.cat([be.matmul(pool[i:i + 1], w, 0) for i in range(64)])

@@ -71,6 +71,7 @@ class TorchRefBackend(Backend):
         self.threads = torch.get_num_threads()
         self.kernel = "onednn" if self.device.type == "cpu" and _onednn_linear_works() else "mm"
         self._bufs: dict[tuple[str, int], torch.Tensor] = {}
+        self._filled: dict[int, int] = {}    # K -> rows of the input buffer that may be nonzero
 
     # -- loading --------------------------------------------------------
     def load_matrix(self, ssq, name: str, twins: str) -> DenseMatrix:
@@ -108,6 +109,8 @@ class TorchRefBackend(Backend):
         buf = self._bufs.get((kind, n))
         if buf is None:
             buf = self._bufs[(kind, n)] = torch.zeros(self.tile_rows, n, device=self.device)
+            if kind == "in":
+                self._filled[n] = 0
         return buf
 
     def matmul(self, x: torch.Tensor, w: DenseMatrix, twin: int) -> torch.Tensor:
@@ -115,18 +118,20 @@ class TorchRefBackend(Backend):
         wt = w.twins[twin]
         n, k = wt.shape
         m, r = x.shape[0], self.tile_rows
-        xin, yout = self._buf("in", k), self._buf("out", n)
+        xin = self._buf("in", k)
         if torch.get_num_threads() != self.threads:   # the work split must not change
             torch.set_num_threads(self.threads)
         tiles = []
         for r0 in range(0, m, r):
             rows = min(r, m - r0)
             xin[:rows].copy_(x[r0:r0 + rows])
-            if rows < r:
-                xin[rows:].zero_()
+            if self._filled[k] > rows:       # padding rows stay zero (their values do not matter, but stay finite)
+                xin[rows:self._filled[k]].zero_()
+            self._filled[k] = rows
             if w.packed is not None:
                 tiles.append(_onednn_linear(xin, w.packed[twin])[:rows])   # a fresh tensor each call
             else:
+                yout = self._buf("out", n)
                 torch.mm(xin, wt.t(), out=yout)
                 tiles.append(yout[:rows].clone())
         return tiles[0] if len(tiles) == 1 else torch.cat(tiles)
