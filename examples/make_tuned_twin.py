@@ -6,7 +6,7 @@ in examples/data/, and saves it as a Hugging Face folder (safetensors weights,
 config.json, tokenizer).  `pti pack BASE.gguf OUT_FOLDER -o twin.ssq` then packs
 the two as twins.
 
-    python examples/make_tuned_twin.py --out tuned --steps 40
+    python examples/make_tuned_twin.py --out tuned --steps 24
 """
 
 from __future__ import annotations
@@ -75,10 +75,10 @@ def main() -> None:
     p.add_argument("--base", type=Path, default=None, help="base GGUF (default: the embedded SmolLM2)")
     p.add_argument("--out", type=Path, default=Path("tuned"), help="output folder")
     p.add_argument("--data", type=Path, default=DATA, help="training text")
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=24)
     p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
@@ -107,7 +107,7 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if step % 10 == 0 or step == args.steps - 1:
+        if step % 4 == 0 or step == args.steps - 1:
             print(f"step {step:3d}  loss {loss.item():.3f}  ({time.time() - t0:.0f} s)")
     model.eval()
 

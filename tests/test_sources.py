@@ -374,3 +374,18 @@ def test_rope_scaling_keys():
     wavelen = 2 * np.pi * 500000.0 ** (np.arange(0, 128, 2) / 128)
     assert np.all(f[wavelen < 2048] == 1.0) and np.all(f[wavelen > 8192] == 8.0)
     assert llama3_rope_freqs({**base, "rope_theta": 1e4}) is None
+
+
+def test_check_twins_fills_keys_left_at_their_defaults(tmp_path):
+    """One converter writes key_length / rope.dimension_count / vocab_size, another leaves them out."""
+    make_gguf(tmp_path / "a.gguf")
+    make_gguf(tmp_path / "b.gguf", extra_kv={"llama.attention.key_length": (16, V.UINT32),
+                                             "llama.attention.value_length": (16, V.UINT32),
+                                             "llama.rope.dimension_count": (16, V.UINT32)})
+    a, b = open_checkpoint(tmp_path / "a.gguf"), open_checkpoint(tmp_path / "b.gguf")
+    check_twins(a, b)
+    del b.metadata["llama.vocab_size"]
+    check_twins(a, b)
+    make_gguf(tmp_path / "c.gguf", extra_kv={"llama.attention.key_length": (32, V.UINT32)})
+    with pytest.raises(PtiError, match="llama.attention.key_length: 16 vs 32"):
+        check_twins(a, open_checkpoint(tmp_path / "c.gguf"))

@@ -121,9 +121,24 @@ def _first_list_difference(a: list, b: list) -> str:
 
 
 def _hyper_values(ck: Checkpoint) -> dict[str, Any]:
-    """Architecture hyper-parameters ("{arch}.*") as plain values (types may differ between writers)."""
-    prefix = ck.arch + "."
-    return {k: v[0] for k, v in ck.metadata.items() if k.startswith(prefix)}
+    """Architecture hyper-parameters ("{arch}.*") as plain values (types may differ between writers).
+
+    Keys that converters write or leave out when they hold their default value
+    (llama.cpp's converter has changed over time) are filled in with that default,
+    so that a GGUF and a Hugging Face folder of the same shape compare equal.
+    """
+    a = ck.arch + "."
+    hp = {k: v[0] for k, v in ck.metadata.items() if k.startswith(a)}
+    heads, width = hp.get(a + "attention.head_count"), hp.get(a + "embedding_length")
+    if isinstance(heads, int) and isinstance(width, int) and heads > 0:
+        hp.setdefault(a + "attention.head_count_kv", heads)
+        hp.setdefault(a + "attention.key_length", width // heads)
+        hp.setdefault(a + "attention.value_length", width // heads)
+        hp.setdefault(a + "rope.dimension_count", hp[a + "attention.key_length"])
+    tokens = ck.metadata.get("tokenizer.ggml.tokens", (None,))[0]
+    if isinstance(tokens, list):
+        hp.setdefault(a + "vocab_size", len(tokens))
+    return hp
 
 
 def _same_value(x: Any, y: Any) -> bool:
