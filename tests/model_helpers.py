@@ -85,6 +85,22 @@ def packed_default_model(tmp_path_factory, smollm2_gguf) -> Path:
     return out
 
 
+_DEFAULT_MODELS: dict = {}
+
+
+def default_model(tmp_path_factory, smollm2_gguf):
+    """(SSQFile, Model on the torch backend) of the packed default model, loaded once per session
+    (tests only run forwards on their own KV caches, so sharing it is safe)."""
+    from pti_cli.backends.torch_ref import TorchRefBackend
+    from pti_cli.model import Model
+    from pti_cli.ssq.read import SSQFile
+    path = packed_default_model(tmp_path_factory, smollm2_gguf)
+    if path not in _DEFAULT_MODELS:
+        ssq = SSQFile(path)
+        _DEFAULT_MODELS[path] = (ssq, Model(ssq, TorchRefBackend()))
+    return _DEFAULT_MODELS[path]
+
+
 def llama_config_from_gguf_keys(md: dict, vocab: int):
     """A transformers LlamaConfig from the GGUF keys themselves (not through pti's ModelConfig)."""
     from transformers import LlamaConfig

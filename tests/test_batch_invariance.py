@@ -101,8 +101,8 @@ def test_forward_rows_bit_identical_tiny_model(tmp_path):
 
 @pytest.fixture(scope="module")
 def smollm2_model(tmp_path_factory, smollm2_gguf):
-    from model_helpers import packed_default_model
-    return Model(SSQFile(packed_default_model(tmp_path_factory, smollm2_gguf)), TorchRefBackend())
+    from model_helpers import default_model
+    return default_model(tmp_path_factory, smollm2_gguf)[1]
 
 
 def test_forward_rows_bit_identical_default_model(smollm2_model):

@@ -254,9 +254,8 @@ def test_backend_matmul_is_exact_product(tiny):
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory, smollm2_gguf):
-    from model_helpers import packed_default_model
-    ssq = SSQFile(packed_default_model(tmp_path_factory, smollm2_gguf))
-    return ssq, Model(ssq, TorchRefBackend())
+    from model_helpers import default_model
+    return default_model(tmp_path_factory, smollm2_gguf)
 
 
 def test_smollm2_matches_transformers(smollm2):
