@@ -76,14 +76,10 @@ class KernelLinear:
     def __call__(self, x: torch.Tensor, n_a: int) -> torch.Tensor:
         if self.n_twins == 1:
             return self.backend.matmul(x, self.w, self.twin, self.out_dtype)
-        run = getattr(self.backend, "_run", None)
-        if run is not None and len(getattr(self.w, "packs", ())) == 2:
-            # both twins' outputs straight into one [M, N] tensor: no concatenation pass
-            y = torch.empty((x.shape[0], self.w.rows), dtype=self.out_dtype or x.dtype, device=x.device)
-            run(self.w.packs, [x[:n_a], x[n_a:]], [y[:n_a], y[n_a:]])
-            return y
-        ya, yb = self.backend.matmul_twins(x[:n_a], x[n_a:], self.w, self.out_dtype)
-        return torch.cat([ya, yb])
+        # both twins' outputs straight into one [M, N] tensor: no concatenation pass
+        y = torch.empty((x.shape[0], self.w.rows), dtype=self.out_dtype or x.dtype, device=x.device)
+        self.backend.matmul_twins(x[:n_a], x[n_a:], self.w, self.out_dtype, outs=(y[:n_a], y[n_a:]))
+        return y
 
 
 def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, backend: Any = None,
