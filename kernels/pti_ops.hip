@@ -37,6 +37,13 @@ __device__ __forceinline__ bf16_t f2bf(float f) {
     return (bf16_t)(u >> 16);
 }
 
+// One RoPE rotation, rounded step by step (no contraction), so that the RoPE
+// kernel and the fused attention give the same bits.
+__device__ __forceinline__ void rope_pair(float a, float b, float c, float s, float& ra, float& rb) {
+    ra = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    rb = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int m = WARP / 2; m > 0; m >>= 1) v += SHFL_XOR(v, m);
     return v;
@@ -108,7 +115,8 @@ __device__ void rope_kv(const T* qkv, const int* pos, const int* slot, const flo
     int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
     float a = ld(qkv, src + ia), b = ld(qkv, src + ib);
     float c = cos_t[(long)pa * half + i], s = sin_t[(long)pa * half + i];
-    float ra = a * c - b * s, rb = a * s + b * c;
+    float ra, rb;
+    rope_pair(a, b, c, s, ra, rb);
     if (head < H) {
         long o = ((long)m * H + head) * hd;
         q_out[o + ia] = f2bf(ra);
@@ -300,6 +308,140 @@ extern "C" __global__ void attn_combine_##HD(const float* pa, const float* pml, 
 
 INSTANTIATE_ATTN(64)
 INSTANTIATE_ATTN(128)
+
+// RoPE + KV write + attention in one launch (qkv straight from the matmul).
+// grid (chunks, kv heads, rows), 128 threads.  Rows of one sequence are P
+// consecutive rows with consecutive positions, so the sequence's first new
+// position is p - m % P.  Keys/values of positions before it come from the
+// cache; those of this pass are computed here from qkv (the same rounding for
+// every block that needs them), and the block whose chunk holds the row's own
+// position writes that position's K and V into the cache for later passes.
+template <int HD, typename T>
+__device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const float* cos_t, const float* sin_t,
+                          bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, int* counters, bf16_t* out,
+                          int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox) {
+    __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * HD];
+    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
+    __shared__ float qs[MAX_G][HD];
+    __shared__ float sc[MAX_G][ATTN_CHUNK];
+    __shared__ float mx[MAX_G], sm[MAX_G];
+    __shared__ int last;
+    const int half = HD / 2;
+    int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, p = pos[m];
+    int G = H / Hk;
+    int t0 = c * ATTN_CHUNK;
+    if (p < 0 && c == 0)
+        for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
+    if (p < 0 || t0 > p) return;
+    int nt = min(ATTN_CHUNK, p + 1 - t0);
+    int p0 = p - m % P;                       // first position of this pass for the row's sequence
+    int n_old = max(0, min(nt, p0 - t0));     // positions of this chunk already in the cache
+    long row_len = (long)(H + 2 * Hk) * HD;
+    long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
+    const uint4* k4 = (const uint4*)(kc + kv0);
+    const uint4* v4 = (const uint4*)(vc + kv0);
+    constexpr int N4 = ATTN_CHUNK * HD / 8;
+    int n4 = n_old * HD / 8;
+#pragma unroll
+    for (int j = 0; j < N4 / 128; j++) {
+        int i = threadIdx.x + j * 128;
+        if (i < n4) { ((uint4*)ks)[i] = k4[i]; ((uint4*)vs)[i] = v4[i]; }
+    }
+    // this pass's keys (rotated) and values, from qkv rows m - (p - t)
+    for (int i = threadIdx.x; i < (nt - n_old) * half; i += blockDim.x) {
+        int t = t0 + n_old + i / half, j = i % half;
+        int ia = neox ? j : 2 * j, ib = neox ? j + half : 2 * j + 1;
+        long src = (long)(m - (p - t)) * row_len + (long)(H + kh) * HD;
+        float ra, rb;
+        rope_pair(ld(qkv, src + ia), ld(qkv, src + ib), cos_t[(long)t * half + j], sin_t[(long)t * half + j], ra, rb);
+        ks[(t - t0) * HD + ia] = f2bf(ra);
+        ks[(t - t0) * HD + ib] = f2bf(rb);
+        long vsrc = (long)(m - (p - t)) * row_len + (long)(H + Hk + kh) * HD;
+        vs[(t - t0) * HD + ia] = f2bf(ld(qkv, vsrc + ia));
+        vs[(t - t0) * HD + ib] = f2bf(ld(qkv, vsrc + ib));
+    }
+    // the row's query heads, rotated and scaled
+    for (int i = threadIdx.x; i < G * half; i += blockDim.x) {
+        int g = i / half, j = i % half;
+        int ia = neox ? j : 2 * j, ib = neox ? j + half : 2 * j + 1;
+        long src = (long)m * row_len + (long)(kh * G + g) * HD;
+        float ra, rb;
+        rope_pair(ld(qkv, src + ia), ld(qkv, src + ib), cos_t[(long)p * half + j], sin_t[(long)p * half + j], ra, rb);
+        qs[g][ia] = bf2f(f2bf(ra)) * scale;   // rounded to bf16 as the separate RoPE kernel stores q
+        qs[g][ib] = bf2f(f2bf(rb)) * scale;
+    }
+    __syncthreads();
+    if (c == p / ATTN_CHUNK)   // this row's own position, for later passes
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+            kc[kv0 + (long)(p - t0) * HD + d] = ks[(p - t0) * HD + d];
+            vc[kv0 + (long)(p - t0) * HD + d] = vs[(p - t0) * HD + d];
+        }
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    constexpr int PER = HD / WARP;
+    for (int t = w; t < nt; t += nw) {
+        float k[PER];
+#pragma unroll
+        for (int j = 0; j < PER; j++) k[j] = bf2f(ks[t * HD + lane * PER + j]);
+        for (int g = 0; g < G; g++) {
+            float s = 0.f;
+#pragma unroll
+            for (int j = 0; j < PER; j++) s += qs[g][lane * PER + j] * k[j];
+            s = warp_sum(s);
+            if (lane == 0) sc[g][t] = s;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        int g = threadIdx.x;
+        float mm = NEG_INF, l = 0.f;
+        for (int t = 0; t < nt; t++) mm = fmaxf(mm, sc[g][t]);
+        for (int t = 0; t < nt; t++) { float e = expf(sc[g][t] - mm); sc[g][t] = e; l += e; }
+        mx[g] = mm;
+        sm[g] = l;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float acc[MAX_G];
+#pragma unroll
+        for (int g = 0; g < MAX_G; g++) acc[g] = 0.f;
+        for (int t = 0; t < nt; t++) {
+            float v = bf2f(vs[t * HD + d]);
+#pragma unroll
+            for (int g = 0; g < MAX_G; g++) if (g < G) acc[g] += sc[g][t] * v;
+        }
+#pragma unroll
+        for (int g = 0; g < MAX_G; g++)
+            if (g < G) part_acc[(((long)m * H + kh * G + g) * n_chunks + c) * HD + d] = acc[g];
+    }
+    if (threadIdx.x < G) {
+        long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
+        part_ml[o] = mx[threadIdx.x];
+        part_ml[o + 1] = sm[threadIdx.x];
+    }
+    __threadfence();
+    __syncthreads();
+    int nc = p / ATTN_CHUNK + 1;
+    if (threadIdx.x == 0) {
+        int done = atomicAdd(&counters[m * Hk + kh], 1);
+        last = done == nc - 1;
+        if (last) counters[m * Hk + kh] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    attn_combine_heads<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks);
+}
+
+#define INSTANTIATE_ATTN_ROPE(HD, T, SUF)                                                               \
+extern "C" __global__ void attn_rope_##HD##_##SUF(const T* qkv, const int* pos, const int* slot,        \
+        const float* c, const float* s, bf16_t* kc, bf16_t* vc, float* pa, float* pml, int* counters,   \
+        bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox) {                  \
+    attn_rope<HD, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, out, H, Hk, ctx1, nch, scale, P, neox); }
+
+INSTANTIATE_ATTN_ROPE(64, bf16_t, bf16)
+INSTANTIATE_ATTN_ROPE(128, bf16_t, bf16)
+INSTANTIATE_ATTN_ROPE(64, float, f32)
+INSTANTIATE_ATTN_ROPE(128, float, f32)
 
 // Streaming read of n 16-byte words: the bandwidth denominator of `pti bench`.
 extern "C" __global__ void stream_read(const uint4* p, long n, unsigned* sink) {

@@ -77,7 +77,8 @@ class _Module:
 
 KERNELS = ["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16",
            "silu_mul_f32", "attn_partial_64", "attn_partial_128", "attn_combine_64", "attn_combine_128",
-           "attn_fused_64", "attn_fused_128", "stream_read"]
+           "attn_fused_64", "attn_fused_128", "attn_rope_64_bf16", "attn_rope_128_bf16", "attn_rope_64_f32",
+           "attn_rope_128_f32", "stream_read"]
 
 
 def _suffix(t: torch.Tensor) -> str:
@@ -98,6 +99,7 @@ class CudaOps:
         self.k = _Module(ops_binary(f"sm_{major}{minor}"), KERNELS)
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines
+        self.fused_rope = True        # RoPE and the KV write inside that launch (implies fused_attention)
         self.counters = torch.zeros(1 << 16, dtype=torch.int32, device=device)
         self._old: list[torch.Tensor] = []   # outgrown counters: captured graphs may still use them
 
@@ -112,6 +114,8 @@ class CudaOps:
         return h
 
     def rope_kv(self, m, qkv: torch.Tensor, pos, slot, layer: int) -> torch.Tensor:
+        if self.fused_rope:   # done inside the attention launch, straight from qkv
+            return qkv
         sh, M = m.shape, qkv.shape[0]
         q = torch.empty((M, sh.n_heads * sh.head_dim), dtype=torch.bfloat16, device=qkv.device)
         self.k.launch(f"rope_kv_{_suffix(qkv)}", (sh.n_heads + 2 * sh.n_kv_heads, M), (sh.head_dim // 2,),
@@ -131,10 +135,18 @@ class CudaOps:
         out = torch.empty((M, H * hd), dtype=torch.bfloat16, device=q.device)
         args = [(q, P), (m.kcache[layer], P), (m.vcache[layer], P), (pos, P), (slot, P), (acc, P),
                 (ml, P), (H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F)]
-        if self.fused_attention:
+        if self.fused_attention or self.fused_rope:
             if self.counters.numel() < M * sh.n_kv_heads:   # zeros; each launch leaves them zero
                 self._old.append(self.counters)
                 self.counters = torch.zeros(M * sh.n_kv_heads, dtype=torch.int32, device=q.device)
+        if self.fused_rope:   # q is the matmul's qkv
+            self.k.launch(f"attn_rope_{hd}_{_suffix(q)}", (nch, sh.n_kv_heads, M), (128,),
+                          [(q.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (m.kcache[layer], P),
+                           (m.vcache[layer], P), (acc, P), (ml, P), (self.counters, P), (out, P), (H, I),
+                           (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
+                           (int(sh.rope_neox), I)])
+            return out
+        if self.fused_attention:
             self.k.launch(f"attn_fused_{hd}", (nch, sh.n_kv_heads, M), (128,),
                           args + [(self.counters, P), (out, P)])
             return out

@@ -76,6 +76,8 @@ def main() -> None:
     q = torch.randn(1, sh.n_heads * sh.head_dim, device=dev).bfloat16()
     gu = torch.randn(1, 2 * sh.ffn, device=dev).bfloat16()
     L = sh.n_layers
+    out["attention_rope_ms"] = graph_time(lambda: [ops.attention(m, qkv, pos, slot, i, 1, 1) for i in range(L)])
+    ops.fused_rope = False
     out["norms_ms"] = graph_time(lambda: [ops.add_norm(x, h, lw.attn_norm, sh.eps, torch.bfloat16) for _ in range(2 * L)])
     out["rope_kv_ms"] = graph_time(lambda: [ops.rope_kv(m, qkv, pos, slot, i) for i in range(L)])
     out["attention_ms"] = graph_time(lambda: [ops.attention(m, q, pos, slot, i, 1, 1) for i in range(L)])
@@ -83,10 +85,13 @@ def main() -> None:
     out["attention_2kernels_ms"] = graph_time(lambda: [ops.attention(m, q, pos, slot, i, 1, 1) for i in range(L)])
     out["pass_2kernel_attention_ms"] = graph_time(lambda: m.forward(tok, pos, slot, 1, 1, 1))
     ops.fused_attention = True
+    out["pass_unfused_rope_ms"] = graph_time(lambda: m.forward(tok, pos, slot, 1, 1, 1))
+    ops.fused_attention = True
+    ops.fused_rope = True
     empty = torch.empty(1, device=dev)
     out["empty_kernels_ms"] = graph_time(lambda: [empty.add_(0) for _ in range(L * 10)])
     out["silu_ms"] = graph_time(lambda: [ops.silu_mul(gu, sh.ffn) for _ in range(L)])
-    out["launches_per_pass"] = L * 9 + 5
+    out["launches_per_pass"] = L * 8 + 5
     print(json.dumps(out))
     for k, v in out.items():
         print(f"{k:>20}: {v:.4g}" if isinstance(v, float) else f"{k:>20}: {v}")

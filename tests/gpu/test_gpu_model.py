@@ -211,16 +211,24 @@ def test_engine_on_gpu_identical_across_spec_and_seqs(dev, backend, ops):
     assert max(taus[("lookup", 3)]) > 1.0 and taus[("none", 1)] == [1.0] * 3
 
 
-def test_fused_attention_equals_two_kernels(dev, backend, ops):
-    """The one-launch attention (last chunk block combines) vs partial + combine kernels."""
-    m = gpu_model(SHAPE, dev, backend, ops, graphs=False)
-    seqs = [SeqRows(0, prompt(140, SHAPE.vocab, 41), 0), SeqRows(1, prompt(9, SHAPE.vocab, 42), 0)]
-    _, fused = m.run_pass(seqs, want_logits=True)
-    ops.fused_attention = False
-    try:
-        _, split = m.run_pass(seqs, want_logits=True)
-    finally:
-        ops.fused_attention = True
-    for a, b in zip(fused, split):
-        assert rel_err(a, b) < 1e-5
+@pytest.mark.parametrize("shape", [SHAPE, SHAPE64], ids=["hd128", "hd64"])
+def test_fused_attention_variants_agree(shape, dev, backend, ops):
+    """RoPE + KV write + attention in one launch, attention alone in one launch, and
+    partial + combine kernels: the same logits and the same KV cache."""
+    seqs = [SeqRows(0, prompt(140, shape.vocab, 41), 0), SeqRows(1, prompt(9, shape.vocab, 42), 0)]
+    step = [SeqRows(0, [3, 4, 5], 140), SeqRows(1, [6], 9)]
+    got = []
+    for fused_rope, fused_attention in ((True, True), (False, True), (False, False)):
+        ops.fused_rope, ops.fused_attention = fused_rope, fused_attention
+        try:
+            m = gpu_model(shape, dev, backend, ops, graphs=False)
+            _, a = m.run_pass(seqs, want_logits=True)
+            _, b = m.run_pass(step, want_logits=True)
+        finally:
+            ops.fused_rope, ops.fused_attention = True, True
+        got.append((a + b, m.kcache[1][:2, :, :143].clone()))
+    for logits, cache in got[1:]:
+        for x, y in zip(logits, got[0][0]):
+            assert rel_err(x, y) < 1e-5
+        assert torch.equal(cache, got[0][1])
     assert int(ops.counters.abs().sum()) == 0   # every launch leaves its counters at zero
