@@ -153,14 +153,16 @@ class Model:
         return self._rope_cos, self._rope_sin
 
     def _rope(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """x [rows, heads, head_dim]; rope = (cos, sin) [rows, 1, head_dim/2], or (cos + i sin,)."""
+        """x [rows, heads, head_dim]; rope = (cos, sin) [rows, 1, head_dim/2], or (cos + i sin,).
+        Computed in float32 (the tables' type), returned in x's type."""
+        dtype, x = x.dtype, x.float()
         if self.cfg.rope_neox:
             cos, sin = rope
             x1, x2 = x.chunk(2, dim=-1)
-            return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+            return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(dtype)
         # adjacent pairs (x0, x1) as complex numbers x0 + i x1, rotated by cos + i sin
         rot = torch.view_as_complex(x.unflatten(-1, (-1, 2)).contiguous()) * rope[0]
-        return torch.view_as_real(rot).flatten(-2)
+        return torch.view_as_real(rot).flatten(-2).to(dtype)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p0: int) -> torch.Tensor:
         """Attention of the rows q [n, H, D] at positions p0 .. p0+n-1 over k/v [>= p0+n, Hkv, D].
