@@ -502,3 +502,15 @@ def record_trace(out: Path, prompts_file: Path, model: Path | None = None, max_t
     tmp.write_text(json.dumps(data) + "\n")
     tmp.replace(out)
     return data
+
+
+def markdown_table(data: dict) -> str:
+    """The rows of a bench JSON as a markdown table (docs quote it; a test keeps them equal)."""
+    lines = ["| seqs | spec | twins | GB/pass | ceiling tok/s | tok/s | % of ceiling | tau | speedup | prefill tok/s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in data["rows"]:
+        spec = r["spec"] + (" (replay)" if r["label"] == "replay" else "")
+        lines.append(f"| {r['seqs']} | {spec} | {r['twins']} | {r['bytes_per_pass'] / 1e9:.2f} | "
+                     f"{r['ceiling_tok_s']:.0f} | {r['tok_s']:.0f} | {r['pct_ceiling']:.1f}% | {r['tau']:.2f} | "
+                     f"{r['speedup']:.2f}x | {r['prefill_tok_s']:.0f} |")
+    return "\n".join(lines)
