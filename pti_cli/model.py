@@ -135,7 +135,9 @@ class Model:
 
     def _norm(self, x: torch.Tensor, name: str, n_a: int) -> torch.Tensor:
         """RMSNorm over the last dim, then the (per-twin) weight: the same ops whatever the twins in the pass."""
-        return F.rms_norm(x, x.shape[-1:], None, self.cfg.rms_eps) * self._vec(name, n_a, x.shape[0])
+        # written out: F.rms_norm on CPU is the same ops plus dtype round trips, ~4x slower per call
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg.rms_eps)
+        return x * self._vec(name, n_a, x.shape[0])
 
     def _rope_table(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [positions, head_dim/2], grown in fixed chunks (bits independent of growth)."""
