@@ -188,7 +188,6 @@ class Model:
     def forward(self, batch: list[tuple[KVCache, int, list[int]]]) -> torch.Tensor:
         """One pass; see the module docstring.  Returns float32 logits [rows, vocab] in batch order."""
         c = self.cfg
-        self.passes += 1
         for _, twin, tokens in batch:
             if twin not in self.twins:
                 raise PtiError(f"twin {'AB'[twin] if twin in (0, 1) else twin} is not loaded in this model")
@@ -200,7 +199,8 @@ class Model:
         n_a = sum(len(t) for _, tw, t in seqs if tw == 0)
         starts = [kv.length for kv, _, _ in seqs]
         for (kv, _, t), p0 in zip(seqs, starts):
-            kv.reserve(p0 + len(t))
+            kv.reserve(p0 + len(t))          # PtiError past the context length
+        self.passes += 1
         pos = torch.tensor([p0 + j for (_, _, t), p0 in zip(seqs, starts) for j in range(len(t))])
         cos, sin = self._rope_table(int(pos.max()) + 1)
         cos, sin = cos[pos][:, None], sin[pos][:, None]

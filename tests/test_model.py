@@ -291,3 +291,19 @@ def test_rope_scaling_matches_transformers(tmp_path, rope):
     assert config.rope_parameters["rope_type"] == rope["rope_type"]
     tokens = [random.randrange(model.cfg.vocab) for _ in range(100)]
     assert_logits_close(model.forward([(model.new_kv(), 0, tokens)]), hf_logits(hf_reference(ssq, config), tokens))
+
+
+def test_context_end_and_bad_tokens_are_refused(tiny):
+    model, _ = tiny
+    n = model.context_length
+    kv = model.new_kv()
+    before = model.passes
+    with pytest.raises(PtiError, match=f"exceeds the model's context of {n}"):
+        model.forward([(kv, 0, [1] * (n + 1))])
+    assert model.passes == before and kv.length == 0
+    with pytest.raises(PtiError, match="no tokens"):
+        model.forward([(kv, 0, [])])
+    with pytest.raises(PtiError, match="token id out of range"):
+        model.forward([(kv, 0, [model.cfg.vocab])])
+    model.forward([(kv, 0, [1] * n)])        # exactly the context fits
+    assert kv.length == n
