@@ -389,3 +389,53 @@ def test_check_twins_fills_keys_left_at_their_defaults(tmp_path):
     make_gguf(tmp_path / "c.gguf", extra_kv={"llama.attention.key_length": (32, V.UINT32)})
     with pytest.raises(PtiError, match="llama.attention.key_length: 16 vs 32"):
         check_twins(a, open_checkpoint(tmp_path / "c.gguf"))
+
+
+RSS_READER = r'''
+import resource, sys
+from pti_cli.sources.checkpoint import open_checkpoint
+ck = open_checkpoint(sys.argv[1])
+src = ck.tensors["token_embd.weight"]
+src.f32_rows(0, 1)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+total = 0.0
+for r0 in range(0, src.shape[0], 512):
+    total += float(src.f32_rows(r0, min(src.shape[0], r0 + 512)).sum())
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
+'''
+
+
+@pytest.mark.parametrize("kind", ["gguf", "safetensors"])
+def test_row_chunks_do_not_pile_up_in_rss(tmp_path, kind):
+    """Reading a 256 MiB tensor in 8 MiB row chunks: peak RSS grows by far less than the tensor."""
+    import subprocess
+    import sys
+    rows, k = 16384, 4096
+    x = np.ones((rows, k), np.float32)
+    if kind == "gguf":
+        path = tmp_path / "big.gguf"
+        w = gguf.GGUFWriter(str(path), "llama")
+        w.add_block_count(1)
+        w.add_embedding_length(k)
+        w.add_head_count(32)
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list(["a", "b"])
+        w.add_tensor("token_embd.weight", x)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    else:
+        import torch
+        from safetensors.torch import save_file
+        from source_helpers import hf_config
+        path = tmp_path / "hf"
+        make_tokenizer(path)
+        hf_config("llama", rows, hidden_size=k, num_attention_heads=32, num_key_value_heads=8,
+                  num_hidden_layers=1).save_pretrained(path)
+        save_file({"model.embed_tokens.weight": torch.from_numpy(x)}, path / "model.safetensors")
+    del x
+    run = subprocess.run([sys.executable, "-c", RSS_READER, str(path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    growth = int(run.stdout.split()[-1])
+    assert growth < 64 << 20, f"peak RSS grew by {growth / 2**20:.0f} MiB reading a 256 MiB tensor"

@@ -129,22 +129,30 @@ def locate(path: Path) -> tuple[Path, list[Path]]:
 class SafetensorsTensor(TensorSource):
     """One tensor read through safetensors' get_slice; llama Q/K rows permuted on the fly."""
 
-    def __init__(self, name, shape, ggml_type, handle, hf_name: str, permute_heads: int = 0):
+    def __init__(self, name, shape, ggml_type, path: Path, hf_name: str, permute_heads: int = 0):
         super().__init__(name, shape, ggml_type)
-        self._handle, self._hf_name, self._heads = handle, hf_name, permute_heads
+        self._path, self._hf_name, self._heads = path, hf_name, permute_heads
+
+    def _slice(self, start: int, stop: int) -> np.ndarray:
+        """Rows start:stop as a float32 copy.  The file is opened for each read: its mapping
+        goes away with the handle, so pages read do not pile up in RSS over a large tensor."""
+        import torch
+        from safetensors import safe_open
+        with safe_open(str(self._path), framework="pt") as f:
+            t = f.get_slice(self._hf_name)[start:stop]
+            t = t.to(torch.float32) if t.dtype != torch.float32 else t.clone()
+        return t.numpy()
 
     def _read(self, start: int, stop: int) -> np.ndarray:
-        import torch
         rows = self.shape[0]
         if not 0 <= start <= stop <= rows:
             raise IndexError(f"rows {start}:{stop} out of range for {self.name} with {rows} rows")
-        s = self._handle.get_slice(self._hf_name)
         if not self._heads:
-            return s[start:stop].to(torch.float32).numpy()
+            return self._slice(start, stop)
         # Permuted rows stay inside their head: read whole heads, permute them, then cut.
         head = rows // self._heads
         h0, h1 = start // head, -(-stop // head)
-        block = s[h0 * head:h1 * head].to(torch.float32).numpy()
+        block = self._slice(h0 * head, h1 * head)
         return permute_qk(block, h1 - h0)[start - h0 * head:stop - h0 * head]
 
     def f32_rows(self, start, stop):
@@ -182,7 +190,8 @@ def _tensors(files: list[Path], arch: str, config: dict) -> dict[str, TensorSour
     for path in files:
         header = validate_safetensors(path)
         try:
-            handle = safe_open(str(path), framework="pt")
+            with safe_open(str(path), framework="pt") as f:
+                names = set(f.keys())
         except Exception as e:  # SafetensorError is not exported as a stable type
             raise PtiError(f"{path}: cannot open safetensors file: {e}") from None
         for hf_name, info in header.items():
@@ -204,7 +213,9 @@ def _tensors(files: list[Path], arch: str, config: dict) -> dict[str, TensorSour
                 heads = n_kv
             if heads and shape[0] % (2 * heads):
                 raise PtiError(f"{path}: tensor {hf_name} has {shape[0]} rows, not a multiple of 2 x {heads} heads")
-            found.append((name, SafetensorsTensor(name, shape, DTYPES[info["dtype"]][1], handle, hf_name, heads)))
+            if hf_name not in names:
+                raise PtiError(f"{path}: tensor {hf_name} is in the header but the safetensors library does not list it")
+            found.append((name, SafetensorsTensor(name, shape, DTYPES[info["dtype"]][1], path, hf_name, heads)))
     index = files[0].parent / "model.safetensors.index.json"
     if len(files) > 1 or index.is_file() and files[0].name != "model.safetensors":
         listed = read_json(index, "model.safetensors.index.json").get("weight_map") or {}
