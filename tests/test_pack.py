@@ -216,11 +216,13 @@ def test_one_gib_tensor_under_1_5_gib_peak_rss(tmp_path):
     src = write_big_gguf(tmp_path / "big.gguf", rows=65536, k=4096)      # one F32 tensor of 1 GiB
     assert src.stat().st_size > 1 << 30
     out = tmp_path / "big.ssq"
+    # VmHWM, not getrusage's ru_maxrss: Linux keeps ru_maxrss across fork+exec,
+    # so a child of a large pytest process would report the parent's peak.
     code = textwrap.dedent(f"""
-        import resource
         from pti_cli.pack import pack
         pack({str(src)!r}, None, {str(out)!r})
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+        print(int(hwm.split()[1]) * 1024)
     """)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
