@@ -145,3 +145,67 @@ def test_fuzz_gguf_mutants(tmp_path):
     assert loaded + rejected == N_CASES
     # both outcomes occur: the mutations are neither all harmless nor all fatal
     assert loaded > N_CASES // 20 and rejected > N_CASES // 4, (loaded, rejected)
+
+
+ST_WORKER = textwrap.dedent(r'''
+    import json, random, resource, shutil, signal, sys, traceback, warnings
+    from pathlib import Path
+    resource.setrlimit(resource.RLIMIT_DATA, (4 << 30, 4 << 30))
+    import numpy as np
+    from pti_cli.errors import PtiError
+    from pti_cli.sources.checkpoint import open_checkpoint
+
+    folder, seed, n = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    weights = folder / "model.safetensors"
+    base = weights.read_bytes()
+    header_end = 8 + int.from_bytes(base[:8], "little")
+
+    def on_alarm(signum, frame):
+        raise TimeoutError("no answer within 5 s")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    rng = random.Random(seed)
+    counts = {"loaded": 0, "rejected": 0}
+    failures = []
+    for case in range(n):
+        data = bytearray(base)
+        kind = rng.choice(["flip", "digit", "truncate", "length"])
+        if kind == "flip":
+            for _ in range(rng.randint(1, 3)):
+                data[rng.randrange(header_end)] ^= rng.randint(1, 255)
+        elif kind == "digit":      # change a number in the JSON header (shapes, offsets)
+            digits = [i for i in range(8, header_end) if chr(data[i]).isdigit()]
+            data[rng.choice(digits)] = ord(str(rng.randrange(10)))
+        elif kind == "truncate":
+            data = data[:rng.randrange(len(data))]
+        else:
+            data[:8] = rng.choice([2**62, 2**32, header_end, header_end - 9, 0, 1]).to_bytes(8, "little")
+        weights.write_bytes(bytes(data))
+        signal.setitimer(signal.ITIMER_REAL, 5.0)
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                ck = open_checkpoint(folder)
+                for t in ck.tensors.values():
+                    t.f32_rows(0, t.shape[0])
+            counts["loaded"] += 1
+        except PtiError as e:
+            counts["rejected"] += 1
+        except BaseException as e:
+            failures.append((case, kind, "".join(traceback.format_exception_only(type(e), e)).strip()))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    print(json.dumps({"counts": counts, "failures": failures[:20]}))
+''')
+
+
+def test_fuzz_safetensors_mutants(tmp_path):
+    from source_helpers import make_hf_model
+    make_hf_model(tmp_path, "llama", seed=3, hidden_size=32, intermediate_size=32, num_hidden_layers=1)
+    n = 300
+    run = subprocess.run([sys.executable, "-c", ST_WORKER, str(tmp_path), "5", str(n)],
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert not result["failures"], "\n".join(map(str, result["failures"]))
+    assert sum(result["counts"].values()) == n and result["counts"]["rejected"] > n // 4, result["counts"]
