@@ -443,3 +443,19 @@ def test_row_chunks_do_not_pile_up_in_rss(tmp_path, kind):
     assert run.returncode == 0, run.stderr
     growth = int(run.stdout.split()[-1])
     assert growth < 128 << 20, f"peak RSS grew by {growth / 2**20:.0f} MiB reading a 256 MiB tensor"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_safetensors(tmp_path, dtype):
+    import torch
+    from safetensors.torch import load_file, save_file
+    make_hf_model(tmp_path, "llama", seed=9)
+    tensors = {k: v.to(getattr(torch, dtype)) for k, v in load_file(tmp_path / "model.safetensors").items()}
+    save_file(tensors, tmp_path / "model.safetensors")
+    ck = open_checkpoint(tmp_path)
+    src = ck.tensors["blk.1.ffn_gate.weight"]
+    assert src.ggml_type == (Q.BF16 if dtype == "bfloat16" else Q.F16)
+    want = tensors["model.layers.1.mlp.gate_proj.weight"].float().numpy()
+    np.testing.assert_array_equal(src.f32_rows(3, 40), want[3:40])
+    k = ck.tensors["blk.0.attn_k.weight"].f32_rows(0, 32)
+    np.testing.assert_array_equal(unpermute_qk(k, 2), tensors["model.layers.0.self_attn.k_proj.weight"].float().numpy())
