@@ -41,6 +41,7 @@ class Model:
         if twins not in TWIN_IDS:
             raise PtiError(f"--twins must be a, b or ab, got {twins!r}")
         self.cfg = cfg = ModelConfig.from_ssq(ssq)
+        self.ssq = ssq                       # the file it was loaded from
         self.backend = backend
         self.device = backend.device
         self.twins = TWIN_IDS[twins]

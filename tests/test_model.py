@@ -242,14 +242,19 @@ def test_load_backend():
 
 
 def test_backend_matmul_is_exact_product(tiny):
-    """The tiled matmul computes x W^T (checked in float64), for row counts around the tile size."""
+    """The tiled matmul computes x W^T (checked in float64 against the file's weights),
+    for row counts around the tile size, on both kernels."""
     model, _ = tiny
-    be = model.backend
-    w = model.mats["blk.0.ffn_down.weight"]
-    wt = w.twins[0].double()
-    for m in (1, be.tile_rows - 1, be.tile_rows, be.tile_rows + 1, 3 * be.tile_rows + 2):
-        x = torch.randn(m, wt.shape[1])
-        np.testing.assert_allclose(be.matmul(x, w, 0).double(), x.double() @ wt.t(), rtol=1e-5, atol=1e-5)
+    w64 = torch.from_numpy(model.ssq.dense("blk.0.ffn_down.weight", 0)).double()
+    for kernel in ("onednn", "mm"):
+        be = TorchRefBackend()
+        if kernel == "mm":
+            be.kernel = "mm"
+        w = be.load_matrix(model.ssq, "blk.0.ffn_down.weight", "a")
+        assert (w.packed is not None) == (be.kernel == "onednn")
+        for m in (1, be.tile_rows - 1, be.tile_rows, be.tile_rows + 1, 3 * be.tile_rows + 2):
+            x = torch.randn(m, w64.shape[1])
+            np.testing.assert_allclose(be.matmul(x, w, 0).double(), x.double() @ w64.t(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture(scope="module")

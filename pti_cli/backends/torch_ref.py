@@ -46,16 +46,14 @@ def _onednn_linear_works() -> bool:
 
 @dataclass
 class DenseMatrix:
-    """One weight matrix, float32 [N, K] per loaded twin (one tensor shared when the twins are
-    identical), and on CPU its oneDNN copy prepacked for the tile shape (streams faster than
-    a BLAS call that repacks the weights every time)."""
+    """One weight matrix [N, K] per loaded twin (one copy shared when the twins are identical):
+    float32 tensors in `twins`, or on CPU only their oneDNN copies prepacked for the tile shape
+    in `packed` (streams faster than a BLAS call that repacks the weights every time; the plain
+    copies are then dropped, so the weights are held once)."""
     twins: dict[int, torch.Tensor]
     identical: bool
+    shape: tuple[int, int]
     packed: dict[int, torch.Tensor] | None = None
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return tuple(next(iter(self.twins.values())).shape)
 
 
 class TorchRefBackend(Backend):
@@ -79,8 +77,9 @@ class TorchRefBackend(Backend):
         ids = TWIN_IDS[twins]
         if ssq.identical:
             w = self._to_device(ssq.dense(name, 0))
-            return self._prepack(DenseMatrix({t: w for t in ids}, True))
-        return self._prepack(DenseMatrix({t: self._to_device(ssq.dense(name, t)) for t in ids}, False))
+            return self._prepack(DenseMatrix({t: w for t in ids}, True, tuple(w.shape)))
+        mats = {t: self._to_device(ssq.dense(name, t)) for t in ids}
+        return self._prepack(DenseMatrix(mats, False, tuple(mats[ids[0]].shape)))
 
     def load_matrices(self, ssq, names: list[str], twins: str) -> DenseMatrix:
         """Several matrices of one K stacked by rows into one (q|k|v, gate|up): one call
@@ -88,9 +87,9 @@ class TorchRefBackend(Backend):
         ids = TWIN_IDS[twins]
         if ssq.identical:
             w = self._to_device(np.concatenate([ssq.dense(n, 0) for n in names]))
-            return self._prepack(DenseMatrix({t: w for t in ids}, True))
-        return self._prepack(DenseMatrix(
-            {t: self._to_device(np.concatenate([ssq.dense(n, t) for n in names])) for t in ids}, False))
+            return self._prepack(DenseMatrix({t: w for t in ids}, True, tuple(w.shape)))
+        mats = {t: self._to_device(np.concatenate([ssq.dense(n, t) for n in names])) for t in ids}
+        return self._prepack(DenseMatrix(mats, False, tuple(mats[ids[0]].shape)))
 
     def _prepack(self, w: DenseMatrix) -> DenseMatrix:
         if self.kernel == "onednn":
@@ -98,7 +97,7 @@ class TorchRefBackend(Backend):
             for t, wt in w.twins.items():
                 same = next((packed[u] for u in packed if w.twins[u] is wt), None)
                 packed[t] = same if same is not None else torch.ops.mkldnn._reorder_linear_weight(wt, self.tile_rows)
-            w.packed = packed
+            w.packed, w.twins = packed, {}
         return w
 
     def _to_device(self, a) -> torch.Tensor:
@@ -115,8 +114,7 @@ class TorchRefBackend(Backend):
 
     def matmul(self, x: torch.Tensor, w: DenseMatrix, twin: int) -> torch.Tensor:
         """y = x @ W^T, computed tile by tile with one fixed call shape (batch-invariant)."""
-        wt = w.twins[twin]
-        n, k = wt.shape
+        n, k = w.shape
         m, r = x.shape[0], self.tile_rows
         xin = self._buf("in", k)
         if torch.get_num_threads() != self.threads:   # the work split must not change
@@ -132,7 +130,7 @@ class TorchRefBackend(Backend):
                 tiles.append(_onednn_linear(xin, w.packed[twin])[:rows])   # a fresh tensor each call
             else:
                 yout = self._buf("out", n)
-                torch.mm(xin, wt.t(), out=yout)
+                torch.mm(xin, w.twins[twin].t(), out=yout)
                 tiles.append(yout[:rows].clone())
         return tiles[0] if len(tiles) == 1 else torch.cat(tiles)
 
