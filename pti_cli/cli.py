@@ -6,11 +6,11 @@ exit code 2, with no traceback (see main()).
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from typing import List, Optional
 
-import click
 import typer
 
 from .errors import PtiError
@@ -109,6 +109,26 @@ def bench(
 
 
 
+def _click_exceptions(name: str) -> tuple[type, ...]:
+    """Exception class `name` from click and from the click that typer >= 0.29
+    vendors (typer._click): a usage error can come from either."""
+    found = []
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            cls = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if cls is not None:
+            found.append(cls)
+    return tuple(found)
+
+
+NO_ARGS_HELP = _click_exceptions("NoArgsIsHelpError")
+USAGE_ERRORS = _click_exceptions("UsageError")
+ABORTS = (typer.Abort, *_click_exceptions("Abort"))
+EXITS = (typer.Exit, *_click_exceptions("Exit"))
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: one line on stderr and exit 2 for any bad input."""
     try:
@@ -116,20 +136,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     except PtiError as e:
         print(f"pti: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except (KeyboardInterrupt, *ABORTS):
         print("pti: interrupted", file=sys.stderr)
         sys.exit(130)
-    except KeyboardInterrupt:
-        print("pti: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except click.exceptions.NoArgsIsHelpError as e:  # typer's help on a bare `pti`
-        click.echo(e.ctx.get_help())
+    except NO_ARGS_HELP as e:  # a bare `pti`: the help text, as a success
+        print(e.ctx.get_help())
         sys.exit(0)
-    except click.exceptions.UsageError as e:
+    except USAGE_ERRORS as e:
         print(f"pti: error: {e.format_message()}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+    except EXITS as e:
+        sys.exit(getattr(e, "exit_code", 0))
     except BrokenPipeError:
         sys.exit(0)
     except OSError as e:  # disk full, permission denied, ... raised outside our checks
