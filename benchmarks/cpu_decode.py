@@ -78,6 +78,8 @@ def main() -> None:
     ap.add_argument("--draft", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="two prompts of each kind")
     ap.add_argument("--no-hf", action="store_true", help="skip transformers")
+    ap.add_argument("--kind", choices=["grounded", "open"], help="only this prompt set")
+    ap.add_argument("--only-seqs", action="store_true", help="only the --seqs 1 vs --seqs 4 comparison")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
@@ -85,10 +87,12 @@ def main() -> None:
     sets = {kind: read_file(ROOT / "examples" / "prompts" / f"{kind}.jsonl") for kind in ("grounded", "open")}
     if args.quick:
         sets = {k: v[:2] for k, v in sets.items()}
+    if args.kind:
+        sets = {args.kind: sets[args.kind]}
 
     pti = Pti()
     eos = sorted(pti.tokenizer.eog_ids)
-    hf = None if args.no_hf else hf_model(pti)
+    hf = None if args.no_hf or args.only_seqs else hf_model(pti)
     # warm-up: first calls allocate
     pti.generate(["Hello"], max_tokens=4, spec="none")
     if hf is not None:
@@ -97,7 +101,7 @@ def main() -> None:
     rows = []
     print(f"{'kind':9}{'#':>3}{'hf tok/s':>10}{'none tok/s':>11}{'lookup tok/s':>13}{'tau':>7}"
           f"{'lk/none':>9}{'none/hf':>9}{'lk/none cpu':>12}{'none/hf cpu':>12}{'same':>6}{'hf same':>8}")
-    for kind, prompts in sets.items():
+    for kind, prompts in ({} if args.only_seqs else sets).items():
         for i, p in enumerate(prompts):
             ids = pti.encode(p)
             row = {"kind": kind, "prompt": i, "prompt_tokens": len(ids)}
@@ -128,7 +132,7 @@ def main() -> None:
                   f"{row.get('hf_same_prefix', -1):>8}", flush=True)
 
     summary = {}
-    for kind in sets:
+    for kind in ({} if args.only_seqs else sets):
         rs = [r for r in rows if r["kind"] == kind]
         med = lambda key: statistics.median(r[key] for r in rs)  # noqa: E731
         summary[kind] = {"median_tau": med("tau"), "median_lookup_vs_none": med("lookup_vs_none"),
@@ -139,12 +143,12 @@ def main() -> None:
         if hf is not None:
             summary[kind].update(median_hf_tok_s=med("hf_tok_s"), median_none_vs_hf=med("none_vs_hf"),
                                  median_none_vs_hf_cpu=med("none_vs_hf_cpu"))
-    if hf is not None:
+    if hf is not None and rows:
         summary["all_median_none_vs_hf"] = statistics.median(r["none_vs_hf"] for r in rows)
         summary["all_median_none_vs_hf_cpu"] = statistics.median(r["none_vs_hf_cpu"] for r in rows)
 
     # --seqs 1 vs --seqs 4: four prompts, plain decoding, aggregate tokens/s
-    four = (sets["open"] + sets["grounded"])[:4]
+    four = [p for ps in sets.values() for p in ps][:4]
     with Clock() as c1:
         one = [pti.generate([p], max_tokens=n, spec="none")[0] for p in four]
     with Clock() as c4:
