@@ -15,12 +15,22 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PtiError
 
-KERNEL_SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "pti_kernel.hip"
+def kernel_path(name: str) -> Path:
+    """A source under kernels/: the checkout's (editable installs), else the copy
+    a wheel installs under <prefix>/share/pti/kernels (pyproject's data-files)."""
+    in_checkout = Path(__file__).resolve().parents[2] / "kernels" / name
+    if in_checkout.exists():
+        return in_checkout
+    return Path(sys.prefix) / "share" / "pti" / "kernels" / name
+
+
+KERNEL_SOURCE = kernel_path("pti_kernel.hip")
 NVRTC_OPTIONS = ("-std=c++17", "-Xptxas=-v")
 
 
