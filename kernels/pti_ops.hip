@@ -64,33 +64,37 @@ __device__ float block_sum(float v, float* red) {
 // x[m] += r[m] (when r); h[m] = bf16(x[m] * rsqrt(mean(x^2) + eps) * w).  grid: rows,
 // NORM_THREADS threads; each thread keeps its <= NORM_PER values in registers, so
 // every load is in flight at once (d <= NORM_THREADS * NORM_PER).
-#define NORM_THREADS 256
-#define NORM_PER 24
+#define NORM_THREADS 1024
+#define NORM_PER 6
 template <typename T>
-__device__ void add_rmsnorm(float* x, const T* r, const float* w, bf16_t* h, int d, float eps) {
+__device__ void add_rmsnorm(float* __restrict__ x, const T* __restrict__ r, const float* __restrict__ w,
+                            bf16_t* __restrict__ h, int d, float eps) {
     __shared__ float red[32];
     long base = (long)blockIdx.x * d;
-    float v[NORM_PER];
-    float ss = 0.f;
+    float v[NORM_PER], a[NORM_PER], g[NORM_PER];
+    // every load first (restrict: the stores to x below cannot alias them), then the math
 #pragma unroll
     for (int j = 0; j < NORM_PER; j++) {
         int i = threadIdx.x + j * NORM_THREADS;
         v[j] = i < d ? x[base + i] : 0.f;
+        a[j] = (r && i < d) ? ld(r, base + i) : 0.f;
+        g[j] = i < d ? w[i] : 0.f;
     }
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < NORM_PER; j++) { v[j] += a[j]; ss += v[j] * v[j]; }
     if (r) {
 #pragma unroll
         for (int j = 0; j < NORM_PER; j++) {
             int i = threadIdx.x + j * NORM_THREADS;
-            if (i < d) { v[j] += ld(r, base + i); x[base + i] = v[j]; }
+            if (i < d) x[base + i] = v[j];
         }
     }
-#pragma unroll
-    for (int j = 0; j < NORM_PER; j++) ss += v[j] * v[j];
     float inv = rsqrtf(block_sum(ss, red) / (float)d + eps);
 #pragma unroll
     for (int j = 0; j < NORM_PER; j++) {
         int i = threadIdx.x + j * NORM_THREADS;
-        if (i < d) h[base + i] = f2bf(v[j] * inv * w[i]);
+        if (i < d) h[base + i] = f2bf(v[j] * inv * g[j]);
     }
 }
 
@@ -150,6 +154,52 @@ extern "C" __global__ void silu_mul_##SUF(const T* gu, bf16_t* out, int F, long 
 INSTANTIATE(bf16_t, bf16)
 INSTANTIATE(float, f32)
 
+// Scores of the chunk's nt keys for G heads into sc, then per head: max into mx,
+// exp(score - max) into sc, their sum into sm.  Each (key, head) dot product is
+// one warp's fixed shuffle tree; softmax reductions are fixed trees too.
+template <int HD>
+__device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], float (*sc)[ATTN_CHUNK],
+                                            float* mx, float* sm, int nt, int G) {
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    constexpr int PER = HD / WARP;
+    for (int t = w; t < nt; t += nw) {
+        float k[PER];
+#pragma unroll
+        for (int j = 0; j < PER; j++) k[j] = bf2f(ks[t * HD + lane * PER + j]);
+        float s[MAX_G];
+#pragma unroll
+        for (int g = 0; g < MAX_G; g++) {
+            s[g] = 0.f;
+            if (g < G) {
+#pragma unroll
+                for (int j = 0; j < PER; j++) s[g] += qs[g][lane * PER + j] * k[j];
+            }
+        }
+#pragma unroll
+        for (int m = WARP / 2; m > 0; m >>= 1) {
+#pragma unroll
+            for (int g = 0; g < MAX_G; g++) s[g] += SHFL_XOR(s[g], m);
+        }
+        if (lane < G) {
+            float mine = s[0];
+#pragma unroll
+            for (int g = 1; g < MAX_G; g++) if (lane == g) mine = s[g];
+            sc[lane][t] = mine;
+        }
+    }
+    __syncthreads();
+    for (int g = w; g < G; g += nw) {   // one warp per head; lanes take keys lane, lane + WARP, ...
+        float mm = NEG_INF;
+        for (int t = lane; t < nt; t += WARP) mm = fmaxf(mm, sc[g][t]);
+        for (int m = WARP / 2; m > 0; m >>= 1) mm = fmaxf(mm, SHFL_XOR(mm, m));
+        float l = 0.f;
+        for (int t = lane; t < nt; t += WARP) { float e = expf(sc[g][t] - mm); sc[g][t] = e; l += e; }
+        l = warp_sum(l);
+        if (lane == 0) { mx[g] = mm; sm[g] = l; }
+    }
+    __syncthreads();
+}
+
 // Attention, step 1: one block per (chunk, kv head, row).  The block scores the
 // row's G = H / Hk query heads against the chunk's keys (positions <= the row's
 // own: causal among the pass's new rows too, since their keys are already in
@@ -193,28 +243,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     __syncthreads();
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
     constexpr int PER = HD / WARP;
-    for (int t = w; t < nt; t += nw) {
-        float k[PER];
-#pragma unroll
-        for (int j = 0; j < PER; j++) k[j] = bf2f(ks[t * HD + lane * PER + j]);
-        for (int g = 0; g < G; g++) {
-            float s = 0.f;
-#pragma unroll
-            for (int j = 0; j < PER; j++) s += qs[g][lane * PER + j] * k[j];
-            s = warp_sum(s);
-            if (lane == 0) sc[g][t] = s;
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x < G) {
-        int g = threadIdx.x;
-        float mm = NEG_INF, l = 0.f;
-        for (int t = 0; t < nt; t++) mm = fmaxf(mm, sc[g][t]);
-        for (int t = 0; t < nt; t++) { float e = expf(sc[g][t] - mm); sc[g][t] = e; l += e; }
-        mx[g] = mm;
-        sm[g] = l;
-    }
-    __syncthreads();
+    attn_scores<HD>(ks, qs, sc, mx, sm, nt, G);
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         float acc[MAX_G];
 #pragma unroll
@@ -261,6 +290,7 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
         float gm = NEG_INF;
         for (int c = 0; c < nc; c++) gm = fmaxf(gm, __ldcg(ml + 2 * c));
         float denom = 0.f, a = 0.f;
+#pragma unroll 4
         for (int c = 0; c < nc; c++) {
             float e = expf(__ldcg(ml + 2 * c) - gm);
             denom += __ldcg(ml + 2 * c + 1) * e;
@@ -378,28 +408,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         }
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
     constexpr int PER = HD / WARP;
-    for (int t = w; t < nt; t += nw) {
-        float k[PER];
-#pragma unroll
-        for (int j = 0; j < PER; j++) k[j] = bf2f(ks[t * HD + lane * PER + j]);
-        for (int g = 0; g < G; g++) {
-            float s = 0.f;
-#pragma unroll
-            for (int j = 0; j < PER; j++) s += qs[g][lane * PER + j] * k[j];
-            s = warp_sum(s);
-            if (lane == 0) sc[g][t] = s;
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x < G) {
-        int g = threadIdx.x;
-        float mm = NEG_INF, l = 0.f;
-        for (int t = 0; t < nt; t++) mm = fmaxf(mm, sc[g][t]);
-        for (int t = 0; t < nt; t++) { float e = expf(sc[g][t] - mm); sc[g][t] = e; l += e; }
-        mx[g] = mm;
-        sm[g] = l;
-    }
-    __syncthreads();
+    attn_scores<HD>(ks, qs, sc, mx, sm, nt, G);
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         float acc[MAX_G];
 #pragma unroll

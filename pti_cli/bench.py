@@ -100,11 +100,15 @@ def kv_bytes(shape: GpuShape, positions: int, kv_size: int) -> int:
 
 def bytes_per_pass(model: GpuModel, seqs: int, rows_per_seq: float, context: float) -> float:
     """Bytes a pass must read for `seqs` sequences of `rows_per_seq` rows whose KV
-    cache holds `context` positions on average during the pass."""
+    cache holds `context` positions on average during the pass.  Distinct twins:
+    both twins' matrices when both have rows (sequence i is on twin i % 2), else one."""
     act = torch.tensor([], dtype=model.act_dtype).element_size()
     kvs = torch.tensor([], dtype=model.kv_dtype).element_size()
     rows = seqs * rows_per_seq
-    return (model.w.matrix_bytes() + model.w.norm_bytes()
+    mats = model.w.matrix_bytes()
+    if model.twins == "ab" and seqs == 1:
+        mats = mats / 2
+    return (mats + model.w.norm_bytes()
             + kv_bytes(model.shape, seqs * context, kvs)      # read, once per sequence
             + kv_bytes(model.shape, rows, kvs)                # written
             + activation_bytes(model.shape, rows, act))

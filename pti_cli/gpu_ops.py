@@ -109,7 +109,7 @@ class CudaOps:
             raise PtiError(f"the norm kernel takes rows of at most 6144 elements, not {d}")
         h = torch.empty((M, d), dtype=torch.bfloat16, device=x.device)
         suf = _suffix(r) if r is not None else "bf16"
-        self.k.launch(f"add_rmsnorm_{suf}", (M,), (256,),
+        self.k.launch(f"add_rmsnorm_{suf}", (M,), (1024,),
                       [(x, P), (r.contiguous() if r is not None else 0, P), (w, P), (h, P), (d, I), (eps, F)])
         return h
 

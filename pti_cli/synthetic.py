@@ -122,7 +122,7 @@ def build_weights(shape: GpuShape, device: torch.device, twins: str, seed: int, 
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
 
     def mat(n: int, k: int, out_f32: bool = False):
-        pairs = [random_q8(n, k, gen, device) for _ in range(2 if twins == "ab" else 1)]
+        pairs = [random_q8(n, k, gen, draw_device) for _ in range(2 if twins == "ab" else 1)]
         if draw_device != device:
             pairs = [(q.to(device), s.to(device)) for q, s in pairs]
         return make_linear(pairs, device, backend, out_f32)

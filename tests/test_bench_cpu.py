@@ -43,26 +43,28 @@ def independent_bytes(model: GpuModel, seqs: int, context: float) -> float:
     """Count from the tensors themselves: weights, norms, KV rows, and every matmul's input and output
     recorded during a real pass (plus the embedding rows and the logits)."""
     w = model.w
-    mats = [w.output] + [m for lw in w.layers for m in (lw.wqkv, lw.wo, lw.wgu, lw.wdown)]
-    weight = sum(t.numel() * t.element_size() for m in mats for t in m.mats)
     norms = sum(t.numel() * 4 for t in [w.out_norm] + [v for lw in w.layers for v in (lw.attn_norm, lw.ffn_norm)])
     kv_pos = sum(model.kcache[i][0, :, 0].numel() * 2 * 4 for i in range(model.shape.n_layers))
-    seen = []
+    seen, weight = [], []
     orig = DenseLinear.__call__
 
-    def spy(self, x, n_a):
+    def spy(self, x, n_a):   # a twin's weights are read when it has rows
         y = orig(self, x, n_a)
         seen.append(x.numel() * x.element_size() + y.numel() * y.element_size())
+        used = self.mats[:1] if len(self.mats) == 1 else [t for t, n in zip(self.mats, (n_a, x.shape[0] - n_a)) if n]
+        weight.append(sum(t.numel() * t.element_size() for t in used))
         return y
     DenseLinear.__call__ = spy
+    batch = [SeqRows(i, [1], 5, i % 2 if model.twins == "ab" else 0) for i in range(seqs)]
     try:
-        model.run_pass([SeqRows(i, [1], 5) for i in range(seqs)])
+        model.run_pass(batch)
     finally:
         DenseLinear.__call__ = orig
     rows = seqs  # run_pass pads to a power-of-two bucket: count only the real rows' share
-    M = 4 if seqs == 3 else seqs
+    _, n_seqs, per_seq = model._bucket_key(batch)
+    M = n_seqs * per_seq
     acts = sum(seen) * rows / M + rows * model.shape.dim * 4   # + the embedding rows
-    return weight + norms + kv_pos * (seqs * context + rows) + acts
+    return sum(weight) + norms + kv_pos * (seqs * context + rows) + acts
 
 
 @pytest.mark.parametrize("twins", ["a", "ab"])
@@ -73,7 +75,7 @@ def test_bytes_per_pass_and_ceiling(result, twins):
         assert math.isclose(r.bytes_per_pass, want, rel_tol=1e-9), (r.seqs, r.bytes_per_pass, want)
         assert math.isclose(r.ceiling_tok_s, result.bandwidth["best"] / want * r.seqs, rel_tol=1e-9)
         assert math.isclose(r.pct_ceiling, 100 * r.tok_s / r.ceiling_tok_s)
-    two = 2 if twins == "ab" else 1   # distinct twins: both twins' matrices are read
+    two = 2 if twins == "ab" else 1   # distinct twins: both twins' matrices are loaded
     shape = shape_for("tiny")
     hd = shape.head_dim
     n_weights = shape.n_layers * (shape.dim * (shape.n_heads + 2 * shape.n_kv_heads) * hd
