@@ -53,8 +53,9 @@ def stats_line(results: list[Result], engine_passes: int, seconds: float) -> str
 def _live_table(eng, total: int):
     from rich.table import Table
     t = Table(box=None, show_header=True, header_style="bold")
-    for col in ("seq", "state", "tokens", "tau", "text"):
-        t.add_column(col, no_wrap=True, overflow="ellipsis", max_width=None if col != "text" else 70)
+    for col in ("seq", "state", "tokens", "tau"):
+        t.add_column(col, no_wrap=True, min_width=len(col) + 3)
+    t.add_column("text", no_wrap=True, overflow="ellipsis", max_width=70)
     for seq in eng.active:
         tau = len(seq.out_ids) / seq.passes if seq.passes else 0.0
         tail = seq.text[-70:].replace("\n", " ")
