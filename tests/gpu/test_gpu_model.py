@@ -79,10 +79,11 @@ def test_cuda_ops_match_torch_ops(dev, backend, ops):
     _, lb = b.run_pass(seqs, want_logits=True)
     for x, y in zip(la, lb):
         assert rel_err(x, y) < 1e-2
-    for layer in range(SHAPE.n_layers):   # K and V written at the same places
-        ka, kb = a.kcache[layer][:2, :, :90].float(), b.kcache[layer][:2, :, :90].float()
-        assert rel_err(ka, kb) < 1e-2
-        assert torch.equal(a.vcache[layer][:2, :, :90], b.vcache[layer][:2, :, :90])
+    for layer in range(SHAPE.n_layers):   # K and V written at the same places (h differs in rounding)
+        for ca, cb in ((a.kcache, b.kcache), (a.vcache, b.vcache)):
+            x, y = ca[layer][:2, :, :90].float(), cb[layer][:2, :, :90].float()
+            assert rel_err(x, y) < 1e-2
+            assert torch.equal(x[1, :, 70:] == 0, y[1, :, 70:] == 0) and bool((x[1, :, 70:] == 0).all())
 
 
 @pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
