@@ -441,8 +441,9 @@ class EnginePort:
         self._finalize(kv, self.free.append, kv.slot)
         return kv
 
-    def forward(self, batch: list[tuple[SlotKV, int, list[int]]]) -> torch.Tensor:
-        """float32 logits [rows, vocab] on the device, one row per token, batch order."""
+    def forward(self, batch: list[tuple[SlotKV, int, list[int]]], logit_tail: list[int] | None = None) -> torch.Tensor:
+        """float32 logits on the device, batch order: one row per token, or only the last
+        logit_tail[i] rows of item i when given."""
         big = ROW_BUCKETS[-1]
         head: dict[int, torch.Tensor] = {}
         long = [(i, kv, tw, toks) for i, (kv, tw, toks) in enumerate(batch) if len(toks) > big]
@@ -457,9 +458,8 @@ class EnginePort:
         _, lg = self.model.run_pass(seqs, want_logits=True, host=False)
         out = []
         for i, x in enumerate(lg):
-            if i in head:
-                out.append(head[i])
-            out.append(x)
+            rows = torch.cat([head[i], x]) if i in head else x
+            out.append(rows if logit_tail is None else rows[rows.shape[0] - logit_tail[i]:])
         for kv, _, toks in batch:
             kv.length += len(toks)
         return torch.cat(out)
