@@ -81,8 +81,8 @@ class _ModelPort:
     def new_kv(self):
         return self.model.new_kv()
 
-    def forward(self, batch):
-        return self.model.forward(batch)
+    def forward(self, batch, logit_tail=None):
+        return self.model.forward(batch, logit_tail)
 
 
 class _TokenizerPort:

@@ -9,6 +9,9 @@ and the walk continues only while the draft token equals the target.  So each
 pass emits 1 + (accepted draft tokens) per sequence, and the output is the
 one plain decoding would give.  The KV cache is then truncated to the accepted
 prefix (all known tokens but the newest, which is fed next pass).
+A sequence's first pass is its whole prompt and no draft (the model prefills
+it with one attention call per prompt, the same in every configuration); only
+the rows that pick tokens get logits (`forward(batch, logit_tail)`).
 
 Counting (documented in docs/perf.md): a sequence's `passes` are the forwards
 that served it, its first (prefill) pass included; that pass emits its first
@@ -19,6 +22,7 @@ token completing a stop string included.  tau = tokens / passes, so with
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -109,13 +113,17 @@ class Result:
 class Engine:
     """Runs requests through a Model, `cfg.seqs` at a time.
 
-    `model`: `forward(batch) -> float32 logits [rows, vocab]`, `new_kv()`,
+    `model`: `forward(batch, logit_tail) -> float32 logits [sum(logit_tail), vocab]`
+    (the last logit_tail[i] rows of each batch item, in batch order; a forward
+    without that parameter returns all rows and the engine picks), `new_kv()`,
     `context_length`.  `tokenizer`: `eog_ids`, `stream_decoder()`,
     `token_text(id)`.
     """
 
     def __init__(self, model, tokenizer, cfg: EngineConfig):
         self.model = model
+        # a model whose forward takes logit_tail computes logits only for the rows that pick tokens
+        self.tail_logits = "logit_tail" in inspect.signature(model.forward).parameters
         self.tok = tokenizer
         self.cfg = cfg.check()
         self.n_ctx = int(model.context_length)
@@ -159,18 +167,18 @@ class Engine:
             self.active.append(self._start(self.queue.popleft()))
         seqs = list(self.active)
         drafts = self._fit_to_tiles(seqs, [self._draft(seq) for seq in seqs])
-        batch, rows = [], []
-        offset = 0
-        for seq, draft in zip(seqs, drafts):
-            feed = seq.tokens[seq.kv.length:] + draft
-            batch.append((seq.kv, seq.req.twin, feed))
-            first = offset + len(feed) - len(draft) - 1   # row of the last known token
-            rows.extend(range(first, offset + len(feed)))
-            offset += len(feed)
-        logits = self.model.forward(batch)
+        batch = [(seq.kv, seq.req.twin, seq.tokens[seq.kv.length:] + draft) for seq, draft in zip(seqs, drafts)]
+        # the rows that pick tokens: each sequence's last known token's and its draft's
+        tails = [len(d) + 1 for d in drafts]
+        if self.tail_logits:
+            logits = self.model.forward(batch, logit_tail=tails)
+        else:
+            logits = self.model.forward(batch)
+            ends = np.cumsum([len(t) for _, _, t in batch])
+            rows = [r for end, n in zip(ends, tails) for r in range(end - n, end)]
+            logits = logits[torch.tensor(rows, device=logits.device)]
         self.passes += 1
-        # one device-to-host copy per pass: only the rows that pick tokens
-        picked = logits[torch.tensor(rows, device=logits.device)].float().cpu().numpy()
+        picked = logits.float().cpu().numpy()      # one device-to-host copy per pass
         at = 0
         for seq, draft in zip(seqs, drafts):
             self._verify(seq, picked[at:at + len(draft) + 1], draft)
@@ -180,7 +188,7 @@ class Engine:
         return seqs
 
     def _draft(self, seq: Sequence) -> list[int]:
-        if seq.index is None:
+        if seq.index is None or seq.kv.length == 0:   # a prefill pass is the prompt alone
             return []
         room = min(self.cfg.max_tokens - len(seq.out_ids) - 1, self.n_ctx - len(seq.tokens))
         return propose(seq.index, seq.sizer, room)

@@ -4,6 +4,7 @@
     kv = model.new_kv()
     logits = model.forward([(kv, 0, prompt_ids)])      # float32 [len(prompt_ids), vocab]
     logits = model.forward([(kv, 0, [next_id]), (kv2, 0, [a, b, c])])   # 4 rows, one pass
+    logits = model.forward([(kv, 0, prompt_ids)], logit_tail=[1])   # [1, vocab]: the last row only
 
 `forward(batch)`, batch = list of (kv: KVCache, twin: 0|1, tokens: list[int]):
 every sequence's new tokens are appended at positions kv.length ..; all rows of
@@ -12,11 +13,23 @@ then twin B, through `backend.matmul_twins` when both are present); attention
 runs per sequence over its cache, its new rows seeing each other causally.
 Returns logits, one row per token, in batch order; each kv.length grows by its
 number of tokens.  To drop rejected draft positions: kv.truncate(n).
+`logit_tail` (one int per batch item) asks for logits of only the last
+`logit_tail[i]` rows of item i (0..len(tokens)): the result is then those rows,
+item by item in batch order, [sum(logit_tail), vocab].  The output matrix
+(vocab x hidden) is the largest of the model: a prefill needs just its last row.
+
+Prefill: a sequence whose cache is empty at the start of the pass (its first
+pass: the engine sends the whole prompt, no draft) gets ONE causal attention
+over its rows (scaled_dot_product_attention), not a loop per row.  Its bits
+depend only on the prompt (the call shape is set by its length), so every
+configuration that prefills a prompt in one pass computes it identically; rows
+of a sequence with a non-empty cache (decode, drafts) take the per-row path.
 
 Batch invariance (a row's logits never depend on the other rows of the pass):
 the matmuls are the backend's (batch-invariant by contract); norms, RoPE and
-the MLP's activation are per row; attention is computed row by row, with
-shapes that depend only on the row's own position.
+the MLP's activation are per row; attention is computed per sequence: row by
+row, with shapes that depend only on the row's own position, or for a prefill
+once over the whole prompt (shapes set by the prompt alone).
 
 RoPE: llama GGUFs store Q/K rows permuted for llama.cpp's adjacent-pair
 rotation (ggml's NORM rope), qwen2/qwen3 GGUFs are not permuted and rotate
@@ -185,10 +198,23 @@ class Model:
             torch.bmm(scores.softmax(-1), vt, out=out[i])
         return out.view(n, c.q_dim)
 
-    # -- the pass -------------------------------------------------------
-    def forward(self, batch: list[tuple[KVCache, int, list[int]]]) -> torch.Tensor:
-        """One pass; see the module docstring.  Returns float32 logits [rows, vocab] in batch order."""
+    def _attend_prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention of a whole prompt q [n, H, D] over its own k/v [n, Hkv, D], one call."""
         c = self.cfg
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                             is_causal=True, enable_gqa=c.n_heads != c.n_kv_heads)
+        return out.transpose(0, 1).reshape(q.shape[0], c.q_dim)
+
+    # -- the pass -------------------------------------------------------
+    def forward(self, batch: list[tuple[KVCache, int, list[int]]],
+                logit_tail: list[int] | None = None) -> torch.Tensor:
+        """One pass; see the module docstring.  Returns float32 logits [rows, vocab] in batch order
+        (with `logit_tail`: only the last logit_tail[i] rows of each item i)."""
+        c = self.cfg
+        if logit_tail is None:
+            logit_tail = [len(t) for _, _, t in batch]
+        if len(logit_tail) != len(batch) or any(not 0 <= n <= len(t) for n, (_, _, t) in zip(logit_tail, batch)):
+            raise PtiError("logit_tail must give 0..len(tokens) rows for each sequence in the pass")
         for _, twin, tokens in batch:
             if twin not in self.twins:
                 raise PtiError(f"twin {'AB'[twin] if twin in (0, 1) else twin} is not loaded in this model")
@@ -225,7 +251,10 @@ class Model:
                 r1 = r0 + len(t)
                 kv.k[i, p0:p0 + len(t)] = k[r0:r1]
                 kv.v[i, p0:p0 + len(t)] = v[r0:r1]
-                att[r0:r1] = self._attend(q[r0:r1], kv.k[i], kv.v[i], p0)
+                if p0 == 0:
+                    att[r0:r1] = self._attend_prefill(q[r0:r1], k[r0:r1], v[r0:r1])
+                else:
+                    att[r0:r1] = self._attend(q[r0:r1], kv.k[i], kv.v[i], p0)
                 r0 = r1
             x = x + self._linear(att, b + "attn_output.weight", n_a)
             h = self._norm(x, b + "ffn_norm.weight", n_a)
@@ -234,14 +263,24 @@ class Model:
 
         for (kv, _, t), p0 in zip(seqs, starts):
             kv.length = p0 + len(t)
-        h = self._norm(x, "output_norm.weight", n_a)
-        logits = self._linear(h, "token_embd.weight" if c.tied_embeddings else "output.weight", n_a).float()
+        # the rows that get logits, in the pass's (twin A first) order, then back to batch order
+        tails = [logit_tail[i] for i in order]
+        keep, r = [], 0
+        for (_, _, t), n in zip(seqs, tails):
+            keep.extend(range(r + len(t) - n, r + len(t)))
+            r += len(t)
+        if not keep:
+            return torch.empty(0, c.vocab, device=x.device)
+        if len(keep) < rows:
+            x = x[torch.tensor(keep, device=x.device)]
+        n_out_a = sum(n for (_, tw, _), n in zip(seqs, tails) if tw == 0)
+        h = self._norm(x, "output_norm.weight", n_out_a)
+        logits = self._linear(h, "token_embd.weight" if c.tied_embeddings else "output.weight", n_out_a).float()
         if order == list(range(len(batch))):
             return logits
-        # back to batch order
         offsets, r = {}, 0
         for i in order:
             offsets[i] = r
-            r += len(batch[i][2])
-        index = torch.cat([torch.arange(offsets[i], offsets[i] + len(batch[i][2])) for i in range(len(batch))])
+            r += logit_tail[i]
+        index = torch.cat([torch.arange(offsets[i], offsets[i] + logit_tail[i]) for i in range(len(batch))])
         return logits[index.to(logits.device)]

@@ -57,16 +57,21 @@ class ToyModel:
     def new_kv(self) -> ToyKV:
         return ToyKV()
 
-    def forward(self, batch) -> torch.Tensor:
+    def forward(self, batch, logit_tail=None) -> torch.Tensor:
+        """Like Model.forward: logits of the last logit_tail[i] rows of each item (None: all)."""
         self.passes += 1
-        rows = []
-        for kv, twin, tokens in batch:
+        rows, fed = [], 0
+        tails = logit_tail if logit_tail is not None else [len(t) for _, _, t in batch]
+        for (kv, twin, tokens), tail in zip(batch, tails, strict=True):
             assert tokens, "a sequence with no pending positions"
-            for t in tokens:
+            assert 0 <= tail <= len(tokens)
+            for j, t in enumerate(tokens):
                 kv.toks.append(t)
                 assert kv.length <= self.context_length
-                rows.append(toy_logits(kv.toks, twin, self.eos_after))
-        self.rows_per_pass.append(len(rows))
+                if j >= len(tokens) - tail:
+                    rows.append(toy_logits(kv.toks, twin, self.eos_after))
+            fed += len(tokens)
+        self.rows_per_pass.append(fed)
         return torch.from_numpy(np.stack(rows))
 
 

@@ -99,6 +99,28 @@ def test_forward_rows_bit_identical_tiny_model(tmp_path):
         _check_pass(model, kvs, conts, alone, m, rng)
 
 
+def test_prefill_bits_independent_of_the_pass(tmp_path):
+    """A prompt's first pass (one causal attention over its rows) gives the same bits alone
+    or beside other prefills and continuations: what makes --seqs lossless at the prefill."""
+    rng = random.Random()
+    _, path = packed_hf_model(tmp_path, "qwen3", rng.randrange(1 << 30))
+    model = Model(SSQFile(path), TorchRefBackend())
+    prompt = [rng.randrange(model.cfg.vocab) for _ in range(rng.randint(20, 40))]
+    alone = model.forward([(model.new_kv(), 0, prompt)])
+    others = _prefilled(model, [5, 17], rng)
+    for _ in range(3):
+        batch = [(copy.deepcopy(kv), 0, [rng.randrange(model.cfg.vocab) for _ in range(rng.randint(1, 6))])
+                 for kv in others]
+        batch.append((model.new_kv(), 0, [rng.randrange(model.cfg.vocab) for _ in range(rng.randint(2, 30))]))
+        at = rng.randrange(len(batch) + 1)
+        batch.insert(at, (model.new_kv(), 0, prompt))
+        tails = [rng.randint(1, len(t)) for _, _, t in batch]
+        tails[at] = len(prompt)
+        got = model.forward(batch, logit_tail=tails)
+        r = sum(tails[:at])
+        assert torch.equal(got[r:r + len(prompt)], alone)
+
+
 @pytest.fixture(scope="module")
 def smollm2_model(tmp_path_factory, smollm2_gguf):
     from model_helpers import default_model

@@ -150,16 +150,37 @@ def test_drafts_trimmed_to_fill_tiles_stay_lossless():
         eng.submit(Request(s, p) for s, p in enumerate(ps))
         forward, passes = model.forward, []
 
-        def watched(batch):  # rows of the pass vs the rows it needed without drafts
+        def watched(batch, logit_tail=None):  # rows of the pass vs the rows it needed without drafts
             base = sum(len(seq.tokens) - seq.kv.length for seq in eng.active)
             passes.append((base, sum(len(t) for _, _, t in batch)))
-            return forward(batch)
+            return forward(batch, logit_tail)
         model.forward = watched
         res = eng.run()
         assert [r.token_ids for r in res] == want
         assert sum(r.accepted for r in res) > 0
         assert all(rows <= -(-base // 8) * 8 for base, rows in passes), passes
         assert any(rows > base for base, rows in passes)
+
+
+def test_prefill_pass_has_no_draft_and_rows_are_picked_without_logit_tail():
+    """The first pass of each sequence is its prompt alone (the model prefills it the same way in
+    every configuration); a model whose forward lacks logit_tail still gets the right rows picked."""
+    ps = prompts(4, seed=5)
+    want = [toy_reference(p, 30, GREEDY, s) for s, p in enumerate(ps)]
+    model = ToyModel()
+    firsts = []
+    forward = model.forward
+
+    def all_rows(batch):              # no logit_tail parameter: the engine picks the rows
+        firsts.extend(len(t) for kv, _, t in batch if kv.length == 0)
+        return forward(batch)
+    model.forward = all_rows
+    eng = Engine(model, ToyTokenizer(), EngineConfig(spec="lookup", draft=8, seqs=2, max_tokens=30))
+    eng.submit(Request(s, p) for s, p in enumerate(ps))
+    res = eng.run()
+    assert [r.token_ids for r in res] == want
+    assert sum(r.accepted for r in res) > 0
+    assert sorted(firsts) == sorted(len(p) for p in ps)
 
 
 # --- the engine on real (tiny, random) models ---------------------------------

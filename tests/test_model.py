@@ -177,6 +177,34 @@ def test_twins_load_only_their_half_and_match_transformers(twin_file):
     got = both.forward(batch)
     want = torch.cat([single[1][0], single[0][1], single[1][2]])
     assert torch.equal(got, want)
+    # only some rows' logits (twin B rows around a twin A one): the same bits, batch order kept
+    batch = [(both.new_kv(), tw, p) for (_, tw, p) in batch]
+    got = both.forward(batch, logit_tail=[2, 0, 1])
+    assert torch.equal(got, torch.cat([single[1][0][-2:], single[1][2][-1:]]))
+
+
+def test_logit_tail_gives_the_same_rows(tiny):
+    """forward(batch, logit_tail): exactly the last rows of each item's full logits, in batch order,
+    for prefills and continuations mixed in one pass."""
+    model, _ = tiny
+    rng = random.Random()
+    kvs = [model.new_kv() for _ in range(4)]
+    for kv in kvs[:2]:                      # two sequences already have a cache, two are prefilled
+        model.forward([(kv, 0, [rng.randrange(model.cfg.vocab) for _ in range(rng.randint(1, 9))])])
+    feeds = [[rng.randrange(model.cfg.vocab) for _ in range(rng.randint(1, 7))] for _ in kvs]
+    full = model.forward([(copy.deepcopy(kv), 0, f) for kv, f in zip(kvs, feeds)])
+    tails = [rng.randint(0, len(f)) for f in feeds]
+    tails[rng.randrange(4)] = 1
+    lengths = [kv.length + len(f) for kv, f in zip(kvs, feeds)]
+    got = model.forward([(kv, 0, f) for kv, f in zip(kvs, feeds)], logit_tail=tails)
+    ends = np.cumsum([len(f) for f in feeds])
+    want = torch.cat([full[e - n:e] for e, n in zip(ends, tails)])
+    assert got.shape == (sum(tails), model.cfg.vocab) and torch.equal(got, want)
+    assert [kv.length for kv in kvs] == lengths      # every row still went into the caches
+    assert model.forward([(model.new_kv(), 0, [1, 2])], logit_tail=[0]).shape == (0, model.cfg.vocab)
+    for bad in ([3], [-1], [1, 1]):
+        with pytest.raises(PtiError, match="logit_tail"):
+            model.forward([(model.new_kv(), 0, [1, 2])], logit_tail=bad)
 
 
 def test_passes_count_forwards(tiny):
