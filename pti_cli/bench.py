@@ -182,6 +182,11 @@ def _decode_replay(model: GpuModel, truth: list[list[int]], starts: list[int], g
     The output is then the plain greedy output."""
     n = len(truth)
     cap = max(1, ROWS_PER_PASS // n)
+    # every trace sequence is used whatever n: sequence i replays the passes of trace sequences
+    # i, i + n, ... interleaved (pass 0 of each, then pass 1 of each, ...), so no one prompt dominates
+    def merged(ks: list[int]) -> list[list[int]]:
+        return [trace[k][j] for j in range(max(len(trace[k]) for k in ks)) for k in ks if j < len(trace[k])]
+    mine = [merged(list(range(i, len(trace), n))) if n < len(trace) else trace[i % len(trace)] for i in range(n)]
     pos, emitted, step = list(starts), [0] * n, [0] * n
     passes = 0
     out = [[t[0]] for t in truth]
@@ -190,7 +195,7 @@ def _decode_replay(model: GpuModel, truth: list[list[int]], starts: list[int], g
         for i in range(n):
             if emitted[i] >= gen:
                 continue
-            t = trace[i % len(trace)]
+            t = mine[i]
             rows, keep = t[step[i] % len(t)]
             rows = max(1, min(rows, cap, gen - emitted[i], model.max_ctx - pos[i]))
             keep = max(1, min(keep, rows))
