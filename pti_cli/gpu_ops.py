@@ -9,10 +9,7 @@ CUBIN (backends/compile.py) and cached per source hash, compiler and arch.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
-import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,31 +17,13 @@ import torch
 from .errors import PtiError
 from .gpu_model import ATTN_CHUNK
 
-OPS_SOURCE = Path(__file__).resolve().parents[1] / "kernels" / "pti_ops.hip"
-OPS_OPTIONS = ("-std=c++17", "-Xptxas=-v")
 P, I, L, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
 
 
 def ops_binary(arch: str) -> bytes:
-    """The CUBIN of kernels/pti_ops.hip for `arch`, compiled once per source/compiler/arch."""
-    from .backends.compile import compile_nvrtc, nvrtc_version
-    from .default_model import cache_dir
-    try:
-        source = OPS_SOURCE.read_text()
-    except OSError as e:
-        raise PtiError(f"cannot read the kernel source {OPS_SOURCE}: {e.strerror}") from None
-    compiler = nvrtc_version()
-    key = hashlib.sha256("\0".join([source, repr(OPS_OPTIONS), compiler, arch]).encode()).hexdigest()[:24]
-    folder = cache_dir() / "kernels"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"pti_ops_cuda_{arch}_{key}.bin"
-    if path.is_file():
-        return path.read_bytes()
-    binary = compile_nvrtc(source, arch, OPS_OPTIONS).binary
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(binary)
-    os.replace(tmp, path)
-    return binary
+    """The CUBIN of kernels/pti_ops.hip for `arch` (compiled once, cached like the matmuls')."""
+    from .backends.compile import cached_binary
+    return cached_binary("cuda", arch, "pti_ops.hip").binary
 
 
 def _check(res, what: str):

@@ -22,15 +22,18 @@ from pti_cli.errors import PtiError  # noqa: E402
 ARCHS = ("sm_80", "sm_90")
 
 
+SOURCES = ("pti_kernel.hip", "pti_ops.hip")
+
+
 def main() -> int:
-    source = kernel_source()
     failed = False
     print(f"check_kernels: {nvrtc_version()}")
-    for arch in ARCHS:
+    for name, arch in [(n, a) for n in SOURCES for a in ARCHS]:
+        print(f"{name}:")
         try:
-            out = compile_nvrtc(source, arch)
+            out = compile_nvrtc(kernel_source(name), arch)
         except PtiError as e:
-            print(f"FAIL {arch}: {e}")
+            print(f"FAIL {name} {arch}: {e}")
             failed = True
             continue
         print(f"{arch}: {len(out.resources)} kernels, CUBIN {len(out.binary)} bytes")

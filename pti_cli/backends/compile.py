@@ -44,8 +44,10 @@ class Compiled:
     resources: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
-def kernel_source() -> str:
-    path = Path(os.environ.get("PTI_KERNEL_SOURCE", KERNEL_SOURCE))
+def kernel_source(name: str = "pti_kernel.hip") -> str:
+    """Text of kernels/<name> (PTI_KERNEL_SOURCE overrides the matmul source)."""
+    default = KERNEL_SOURCE if name == "pti_kernel.hip" else kernel_path(name)
+    path = Path(os.environ.get("PTI_KERNEL_SOURCE", default)) if name == "pti_kernel.hip" else default
     try:
         return path.read_text()
     except OSError as e:
@@ -155,16 +157,16 @@ def hiprtc_version() -> str:
     return f"hiprtc {major}.{minor}"
 
 
-def cached_binary(kind: str, arch: str) -> Compiled:
-    """The kernels for `arch`, compiled once per (source, options, compiler, arch)."""
+def cached_binary(kind: str, arch: str, name: str = "pti_kernel.hip") -> Compiled:
+    """kernels/<name> for `arch`, compiled once per (source, options, compiler, arch)."""
     from ..default_model import cache_dir
 
-    source = kernel_source()
+    source = kernel_source(name)
     compiler = nvrtc_version() if kind == "cuda" else hiprtc_version()
     key = hashlib.sha256("\0".join([source, repr(NVRTC_OPTIONS), compiler, arch]).encode()).hexdigest()[:24]
     folder = cache_dir() / "kernels"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"pti_{kind}_{arch}_{key}.bin"
+    path = folder / f"{Path(name).stem}_{kind}_{arch}_{key}.bin"
     if path.is_file():
         return Compiled(path.read_bytes(), "", arch, compiler, cached=True)
     out = compile_nvrtc(source, arch) if kind == "cuda" else compile_hiprtc(source, arch)
