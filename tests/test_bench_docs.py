@@ -40,3 +40,24 @@ def test_json_arithmetic(path):
 def test_readme_quotes_the_json(path):
     readme = (BENCH / "README.md").read_text()
     assert markdown_table(json.loads(path.read_text())) in readme
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_main_readme_quotes_the_8b_run():
+    """The README's GPU table is exactly the committed run's table."""
+    d = json.loads((BENCH / "bench_8b.json").read_text())
+    assert markdown_table(d) in README.read_text()
+
+
+def test_main_readme_kernel_range_matches_the_kernel_json():
+    """The README's kernel range: the best variant per matrix and kind at one row, lowest and highest."""
+    d = json.loads((BENCH / "kernels_h200_2026-11-29.json").read_text())
+    best: dict[tuple, float] = {}
+    for r in d["rows"]:
+        if r["m"] == 1:
+            key = (r["kind"], r["n"], r["k"])
+            best[key] = max(best.get(key, 0.0), r["pct"])
+    lo, hi = min(best.values()), max(best.values())
+    assert f"{lo:.1f}% to {hi:.1f}% of the read bandwidth at one row" in README.read_text()
