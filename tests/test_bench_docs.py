@@ -61,3 +61,13 @@ def test_main_readme_kernel_range_matches_the_kernel_json():
             best[key] = max(best.get(key, 0.0), r["pct"])
     lo, hi = min(best.values()), max(best.values())
     assert f"{lo:.1f}% to {hi:.1f}% of the read bandwidth at one row" in README.read_text()
+
+
+def test_main_readme_bandwidth_math_quotes_the_8b_run():
+    """The README's worked example (bytes per pass, bandwidth, ceiling) is the committed run's."""
+    d = json.loads((BENCH / "bench_8b.json").read_text())
+    one = next(r for r in d["rows"] if r["seqs"] == 1 and r["twins"] == "a")
+    text = " ".join(README.read_text().split())
+    assert (f"reads {one['bytes_per_pass'] / 1e9:.2f} GB per pass; at the {d['bandwidth']['best'] / 1e9:.0f} GB/s"
+            in text)
+    assert f"at most {one['ceiling_tok_s']:.0f} passes per second" in text
