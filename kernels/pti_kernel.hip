@@ -54,6 +54,24 @@ __device__ __forceinline__ unsigned short pti_f32_to_f16(float f) {
 }
 #endif
 
+// Programmatic dependent launch (sm_90+; no-ops elsewhere and when a kernel is
+// launched without the attribute).  Every kernel triggers its dependents at
+// once (the next kernel's CTAs may then start as this grid's retire, and
+// prefetch their weights) and reads activations or writes anything only after
+// pti_pdl_wait(), which returns once the previous grid has completed and its
+// writes are visible.  Weights never change during a pass, so reading them
+// before the wait is safe.
+__device__ __forceinline__ void pti_pdl_trigger() {
+#if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pti_pdl_wait() {
+#if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float pti_bf16_to_f32(unsigned short h) {
     return __uint_as_float(((unsigned)h) << 16);
 }
@@ -102,6 +120,8 @@ __device__ __forceinline__ void pti_mm_generic(
     const unsigned short* __restrict__ xa, const unsigned short* __restrict__ xb,
     void* ya, void* yb, int Ma, int Mb, int N, int K, int nb, int ldx, int ldy) {
     __shared__ float part[16][17];
+    pti_pdl_trigger();
+    pti_pdl_wait();
     const int i = threadIdx.x >> 4, j = threadIdx.x & 15;
     const int rg = blockIdx.x;
     const int n = rg * 16 + i;
@@ -344,6 +364,8 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     extern __shared__ __align__(16) unsigned char pti_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.x;
+    pti_pdl_trigger();
+    pti_pdl_wait();   // this kernel loads weights and activations together
     // The cvt masks as run-time values (vec_ok is 0 or 1, so the shift gives 0), so
     // that ptxas keeps them in registers instead of rebuilding them for every LOP3.
     const unsigned zero = (unsigned)a.vec_ok >> 31;
@@ -438,5 +460,177 @@ PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)
 PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
+
+// ------------------------------------------------ pipelined tensor-core kernel
+// The same arithmetic as pti_mm_tc (pti_block, pti_finish: the same bits for
+// every output element, so variants mix freely across M), but the operands
+// reach registers through a ring of S shared-memory stages filled by cp.async:
+// S - 1 steps of weights stay in flight per thread whatever the registers, and
+// the weights of the first steps are requested before the wait for the
+// previous kernel (programmatic dependent launch), so they stream in while it
+// finishes.  Each thread reads back only the 16-byte slots it filled itself,
+// so the ring needs no barrier: cp.async.wait_group orders a thread's own
+// copies.  Needs vec_ok (K % 8 == 0, aligned rows): the host falls back to
+// pti_mm_tc otherwise.
+
+__device__ __forceinline__ unsigned pti_smem_addr(const void* p) {
+    pti_u64 a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned)a;
+}
+// 16 bytes (src_bytes of them read, the rest zero-filled) and 4 bytes, global -> shared
+__device__ __forceinline__ void pti_cp16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(pti_smem_addr(dst)), "l"(src),
+                 "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void pti_cp4(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(pti_smem_addr(dst)), "l"(src),
+                 "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void pti_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void pti_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// Shared memory of a pipelined variant, in bytes (the host computes the same:
+// backends/cuda.py pipe_smem_bytes).
+template <int NTW, int RG, int MT, int U, int S>
+struct PtiPipe {
+    static constexpr int WS = U * NTW * RG;   // weight slots (16 B) per thread per stage
+    static constexpr int XS = U * NTW * MT;   // activation slots (16 B)
+    static constexpr int BYTES_RING = S * (WS + XS) * 256 * 16 + S * WS * 256 * 4;
+    static constexpr int BYTES = BYTES_RING > 16384 ? BYTES_RING : 16384;
+};
+
+template <int NTW, int RG, int MT, int U, int S>
+__device__ __forceinline__ void pti_pipe_issue_w(const PtiArgs& a, int unit, int warp, int lane, int j, int slot,
+                                                 uint4* wst, unsigned* sst) {
+    typedef PtiPipe<NTW, RG, MT, U, S> P;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int b = warp + 8 * (U * j + u);
+        const bool ok = b < a.nb;
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+            for (int r = 0; r < RG; ++r) {
+                const int k = (u * NTW + tw) * RG + r;
+                const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + (ok ? b : 0);
+                pti_cp16(wst + (slot * P::WS + k) * 256 + threadIdx.x, (tw ? a.q[1] : a.q[0]) + blk * 32 + lane,
+                         ok ? 16 : 0);
+                pti_cp4(sst + (slot * P::WS + k) * 256 + threadIdx.x, (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2),
+                        ok ? 4 : 0);
+            }
+    }
+}
+
+template <int NTW, int RG, int MT, int U, int S>
+__device__ __forceinline__ void pti_pipe_issue_x(const PtiArgs& a, int warp, int lane, int j, int slot, uint4* xst) {
+    typedef PtiPipe<NTW, RG, MT, U, S> P;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int b = warp + 8 * (U * j + u);
+        const int k0 = b * 32 + 8 * (lane & 3);
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const int row = mt * 8 + (lane >> 2);
+                const bool ok = b < a.nb && k0 < a.K && row < (tw ? a.M[1] : a.M[0]);
+                const unsigned short* x = tw ? a.x[1] : a.x[0];
+                pti_cp16(xst + (slot * P::XS + u * NTW * MT + tw * MT + mt) * 256 + threadIdx.x,
+                         ok ? x + (pti_u64)row * a.ldx + k0 : x, ok ? 16 : 0);
+            }
+    }
+}
+
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int S>
+__device__ __forceinline__ void pti_mm_pipe(const PtiArgs& a) {
+    typedef PtiPipe<NTW, RG, MT, U, S> P;
+    constexpr int NS = NTW * RG * MT;
+    extern __shared__ __align__(16) unsigned char pti_smem[];
+    uint4* wst = (uint4*)pti_smem;                               // [S][WS][256]
+    uint4* xst = wst + S * P::WS * 256;                          // [S][XS][256]
+    unsigned* sst = (unsigned*)(xst + S * P::XS * 256);          // [S][WS][256]
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int unit = blockIdx.x;
+    const unsigned zero = (unsigned)a.vec_ok >> 31;
+    const unsigned KM = 0x807f807fu ^ zero, KS = 0x80008000u ^ zero;
+    // this warp's blocks: warp, warp + 8, ...; U per step
+    const int count = a.nb > warp ? (a.nb - warp + 7) / 8 : 0;
+    const int nsteps = (count + U - 1) / U;
+    pti_pdl_trigger();
+#pragma unroll
+    for (int j = 0; j < S - 1; ++j)
+        if (j < nsteps) pti_pipe_issue_w<NTW, RG, MT, U, S>(a, unit, warp, lane, j, j, wst, sst);
+    pti_pdl_wait();
+#pragma unroll
+    for (int j = 0; j < S - 1; ++j) {
+        if (j < nsteps) pti_pipe_issue_x<NTW, RG, MT, U, S>(a, warp, lane, j, j, xst);
+        pti_cp_commit();
+    }
+    float acc[NS * 4];
+#pragma unroll
+    for (int i = 0; i < NS * 4; ++i) acc[i] = 0.f;
+    int slot = 0;
+    for (int i = 0; i < nsteps; ++i) {
+        const int j = i + S - 1;
+        const int js = slot == 0 ? S - 1 : slot - 1;   // (i + S - 1) % S: the slot read last step
+        if (j < nsteps) {
+            pti_pipe_issue_w<NTW, RG, MT, U, S>(a, unit, warp, lane, j, js, wst, sst);
+            pti_pipe_issue_x<NTW, RG, MT, U, S>(a, warp, lane, j, js, xst);
+        }
+        pti_cp_commit();
+        pti_cp_wait<S - 1>();
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            uint4 wv[NTW][RG], xv[NTW][MT];
+            unsigned sv[NTW][RG];
+#pragma unroll
+            for (int tw = 0; tw < NTW; ++tw) {
+#pragma unroll
+                for (int r = 0; r < RG; ++r) {
+                    const int k = (u * NTW + tw) * RG + r;
+                    wv[tw][r] = wst[(slot * P::WS + k) * 256 + threadIdx.x];
+                    sv[tw][r] = sst[(slot * P::WS + k) * 256 + threadIdx.x];
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) xv[tw][mt] = xst[(slot * P::XS + u * NTW * MT + tw * MT + mt) * 256 + threadIdx.x];
+            }
+            if (U * i + u < count) pti_block<TIN, NTW, RG, MT>(wv, sv, xv, acc, KM, KS);
+        }
+        slot = slot == S - 1 ? 0 : slot + 1;
+    }
+    pti_cp_wait<0>();
+    __syncthreads();   // every warp is done with the ring before the reduction reuses it
+    pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
+}
+
+#define PTI_PIPE(NAME, TIN, TOUT, NTW, RG, MT, U, S, MINB)                                    \
+    extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
+        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
+        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
+        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
+                           N, K, nb, ldx, ldy, vec_ok};                                        \
+        pti_mm_pipe<TIN, TOUT, NTW, RG, MT, U, S>(a);                                          \
+    }
+
+// Variants: pti_mm_{tag}_t{NTW}_r{RG}_m{MT}_u{U}_s{S}; shared memory per CTA
+// from PtiPipe (the host asks for it at load).  MINB = CTAs per SM the
+// register budget is set for.
+#define PTI_PIPE_ALL(TAG, TIN, TOUT)                                      \
+    PTI_PIPE(pti_mm_##TAG##_t1_r1_m1_u2_s6, TIN, TOUT, 1, 1, 1, 2, 6, 2)  \
+    PTI_PIPE(pti_mm_##TAG##_t1_r1_m1_u4_s4, TIN, TOUT, 1, 1, 1, 4, 4, 1)  \
+    PTI_PIPE(pti_mm_##TAG##_t1_r2_m2_u1_s6, TIN, TOUT, 1, 2, 2, 1, 6, 2)  \
+    PTI_PIPE(pti_mm_##TAG##_t1_r2_m2_u2_s4, TIN, TOUT, 1, 2, 2, 2, 4, 1)  \
+    PTI_PIPE(pti_mm_##TAG##_t1_r2_m4_u1_s4, TIN, TOUT, 1, 2, 4, 1, 4, 1)  \
+    PTI_PIPE(pti_mm_##TAG##_t1_r2_m8_u1_s3, TIN, TOUT, 1, 2, 8, 1, 3, 1)  \
+    PTI_PIPE(pti_mm_##TAG##_t2_r1_m1_u1_s6, TIN, TOUT, 2, 1, 1, 1, 6, 2)  \
+    PTI_PIPE(pti_mm_##TAG##_t2_r1_m1_u2_s4, TIN, TOUT, 2, 1, 1, 2, 4, 1)
+
+PTI_PIPE_ALL(bf16_f32, 0, 0)
+PTI_PIPE_ALL(bf16_out, 0, 1)
+PTI_PIPE_ALL(f16_f32, 1, 0)
+PTI_PIPE_ALL(f16_out, 1, 1)
 
 #endif  // PTI_CUDA

@@ -19,6 +19,15 @@
 #define SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, v, m)
 #endif
 
+// Programmatic dependent launch (sm_90+, no-op elsewhere and without the launch
+// attribute): every kernel lets the next one start early and waits for the
+// previous one to finish before its first global access.
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_ENTRY() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#else
+#define PDL_ENTRY()
+#endif
+
 #define ATTN_CHUNK 64
 #define MAX_G 8
 #define NEG_INF __int_as_float(0xff800000)
@@ -69,6 +78,7 @@ __device__ float block_sum(float v, float* red) {
 template <typename T>
 __device__ void add_rmsnorm(float* __restrict__ x, const T* __restrict__ r, const float* __restrict__ w,
                             bf16_t* __restrict__ h, int d, float eps) {
+    PDL_ENTRY();
     __shared__ float red[32];
     long base = (long)blockIdx.x * d;
     float v[NORM_PER], a[NORM_PER], g[NORM_PER];
@@ -105,6 +115,7 @@ __device__ void add_rmsnorm(float* __restrict__ x, const T* __restrict__ r, cons
 template <typename T>
 __device__ void rope_kv(const T* qkv, const int* pos, const int* slot, const float* cos_t, const float* sin_t,
                         bf16_t* q_out, bf16_t* kc, bf16_t* vc, int H, int Hk, int hd, int ctx1, int neox) {
+    PDL_ENTRY();
     int head = blockIdx.x, m = blockIdx.y, p = pos[m], half = hd / 2, i = threadIdx.x;
     if (i >= half) return;
     int pa = p < 0 ? 0 : p;
@@ -135,6 +146,7 @@ __device__ void rope_kv(const T* qkv, const int* pos, const int* slot, const flo
 // out = bf16(silu(gate) * up); gu rows are [gate F | up F].  Grid-stride over rows * F.
 template <typename T>
 __device__ void silu_mul(const T* gu, bf16_t* out, int F, long total) {
+    PDL_ENTRY();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         long m = i / F, j = i % F;
         float g = ld(gu, m * 2 * F + j), u = ld(gu, m * 2 * F + F + j);
@@ -162,17 +174,28 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
                                             float* mx, float* sm, int nt, int G) {
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
     constexpr int PER = HD / WARP;
+    float q[MAX_G][PER];   // this lane's slice of every head's query, loaded once
+#pragma unroll
+    for (int g = 0; g < MAX_G; g++)
+#pragma unroll
+        for (int j = 0; j < PER; j++) q[g][j] = g < G ? qs[g][lane * PER + j] : 0.f;
     for (int t = w; t < nt; t += nw) {
         float k[PER];
+        if (PER == 4) {   // one 8-byte load
+            uint2 kv = *(const uint2*)&ks[t * HD + lane * 4];
+            k[0] = bf2f(kv.x & 0xffff); k[1] = bf2f(kv.x >> 16);
+            k[2 % PER] = bf2f(kv.y & 0xffff); k[3 % PER] = bf2f(kv.y >> 16);
+        } else {
 #pragma unroll
-        for (int j = 0; j < PER; j++) k[j] = bf2f(ks[t * HD + lane * PER + j]);
+            for (int j = 0; j < PER; j++) k[j] = bf2f(ks[t * HD + lane * PER + j]);
+        }
         float s[MAX_G];
 #pragma unroll
         for (int g = 0; g < MAX_G; g++) {
             s[g] = 0.f;
             if (g < G) {
 #pragma unroll
-                for (int j = 0; j < PER; j++) s[g] += qs[g][lane * PER + j] * k[j];
+                for (int j = 0; j < PER; j++) s[g] += q[g][j] * k[j];
             }
         }
 #pragma unroll
@@ -206,7 +229,7 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
 // the cache) and writes the chunk's max, sum of exp and un-normalised output.
 template <int HD>
 __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, int m, int h0, int G, int nc,
-                                   bf16_t* out, int H, int n_chunks);
+                                   bf16_t* out, int H, int n_chunks, float* scratch);
 
 // counters != 0 (the fused form): the last block of a (row, kv head) to finish,
 // found with an atomic counter, combines the chunks itself, in chunk order, and
@@ -215,6 +238,7 @@ template <int HD>
 __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* pos,
                              const int* slot, float* part_acc, float* part_ml, int H, int Hk, int ctx1,
                              int n_chunks, float scale, int* counters, bf16_t* out) {
+    PDL_ENTRY();
     __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * HD];
     __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
     __shared__ float qs[MAX_G][HD];
@@ -248,6 +272,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
         float acc[MAX_G];
 #pragma unroll
         for (int g = 0; g < MAX_G; g++) acc[g] = 0.f;
+#pragma unroll 4
         for (int t = 0; t < nt; t++) {
             float v = bf2f(vs[t * HD + d]);
 #pragma unroll
@@ -275,28 +300,82 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     __syncthreads();
     if (!last) return;
     __threadfence();
-    attn_combine_heads<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks);
+    attn_combine_heads<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, (float*)ks);
 }
 
 // Combine chunks 0..nc-1 of heads h0..h0+G-1 of row m, in chunk order (L2 loads:
-// the partials come from other blocks).
+// the partials come from other blocks).  The arithmetic of attn_combine (the same
+// bits): gm = max of the chunk maxima, e_c = exp(m_c - gm), denom = sum s_c e_c,
+// out = (sum acc_c e_c) / denom, sums in chunk order.  The chunk maxima and sums go
+// through `scratch` (the block's K tile, no longer needed) so that each e_c is computed once and every load is in flight together.
 template <int HD>
 __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, int m, int h0, int G, int nc,
-                                   bf16_t* out, int H, int n_chunks) {
-    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-        int h = h0 + i / HD, d = i % HD;
-        const float* ml = part_ml + ((long)m * H + h) * n_chunks * 2;
-        const float* acc = part_acc + ((long)m * H + h) * n_chunks * HD;
+                                   bf16_t* out, int H, int n_chunks, float* scratch) {
+    // the K tile (ATTN_CHUNK * HD bf16) holds 2 arrays [MAX_G][MAX_NC] of floats
+    constexpr int MAX_NC = ATTN_CHUNK * HD / (4 * MAX_G);   // 256 chunks (16384 positions) at HD = 128
+    float* cm = scratch;                  // [G][MAX_NC]: chunk max, then e_c
+    float* cs = scratch + MAX_G * MAX_NC; // [G][MAX_NC]: chunk sum
+    __shared__ float den[MAX_G];
+    if (nc > MAX_NC) {   // very long contexts: the plain loop
+        for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+            int h = h0 + i / HD, d = i % HD;
+            const float* ml = part_ml + ((long)m * H + h) * n_chunks * 2;
+            const float* acc = part_acc + ((long)m * H + h) * n_chunks * HD;
+            float gm = NEG_INF;
+            for (int c = 0; c < nc; c++) gm = fmaxf(gm, __ldcg(ml + 2 * c));
+            float denom = 0.f, a = 0.f;
+            for (int c = 0; c < nc; c++) {
+                float e = expf(__ldcg(ml + 2 * c) - gm);
+                denom += __ldcg(ml + 2 * c + 1) * e;
+                a += __ldcg(acc + (long)c * HD + d) * e;
+            }
+            out[((long)m * H + h) * HD + d] = f2bf(a / denom);
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < G * nc; i += blockDim.x) {
+        int g = i / nc, c = i % nc;
+        const float* ml = part_ml + ((long)m * H + h0 + g) * n_chunks * 2;
+        cm[g * MAX_NC + c] = __ldcg(ml + 2 * c);
+        cs[g * MAX_NC + c] = __ldcg(ml + 2 * c + 1);
+    }
+    __syncthreads();
+    for (int g = threadIdx.x / WARP; g < G; g += blockDim.x / WARP) {   // one lane per head does the chunk-order sums
+        if (threadIdx.x % WARP) continue;
         float gm = NEG_INF;
-        for (int c = 0; c < nc; c++) gm = fmaxf(gm, __ldcg(ml + 2 * c));
-        float denom = 0.f, a = 0.f;
+        for (int c = 0; c < nc; c++) gm = fmaxf(gm, cm[g * MAX_NC + c]);
+        float denom = 0.f;
+        for (int c = 0; c < nc; c++) {
+            float e = expf(cm[g * MAX_NC + c] - gm);
+            cm[g * MAX_NC + c] = e;
+            denom += cs[g * MAX_NC + c] * e;
+        }
+        den[g] = denom;
+    }
+    __syncthreads();
+    constexpr int PT = 4;   // outputs per thread per round, their loads interleaved
+    for (int i0 = 0; i0 < G * HD; i0 += PT * blockDim.x) {
+        float a[PT];
+        const float* src[PT];
+        int gi[PT];
+#pragma unroll
+        for (int k = 0; k < PT; k++) {
+            int i = i0 + k * blockDim.x + threadIdx.x;
+            int ok = i < G * HD;
+            gi[k] = ok ? i / HD : 0;
+            src[k] = part_acc + ((long)m * H + h0 + gi[k]) * n_chunks * HD + (ok ? i % HD : 0);
+            a[k] = 0.f;
+        }
 #pragma unroll 4
         for (int c = 0; c < nc; c++) {
-            float e = expf(__ldcg(ml + 2 * c) - gm);
-            denom += __ldcg(ml + 2 * c + 1) * e;
-            a += __ldcg(acc + (long)c * HD + d) * e;
+#pragma unroll
+            for (int k = 0; k < PT; k++) a[k] += __ldcg(src[k] + (long)c * HD) * cm[gi[k] * MAX_NC + c];
         }
-        out[((long)m * H + h) * HD + d] = f2bf(a / denom);
+#pragma unroll
+        for (int k = 0; k < PT; k++) {
+            int i = i0 + k * blockDim.x + threadIdx.x;
+            if (i < G * HD) out[((long)m * H + h0 + i / HD) * HD + i % HD] = f2bf(a[k] / den[gi[k]]);
+        }
     }
 }
 
@@ -304,6 +383,7 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
 template <int HD>
 __device__ void attn_combine(const float* part_acc, const float* part_ml, const int* pos, bf16_t* out,
                              int H, int n_chunks) {
+    PDL_ENTRY();
     int h = blockIdx.x, m = blockIdx.y, p = pos[m];
     long o = ((long)m * H + h) * HD;
     if (p < 0) {
@@ -350,6 +430,7 @@ template <int HD, typename T>
 __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const float* cos_t, const float* sin_t,
                           bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, int* counters, bf16_t* out,
                           int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox) {
+    PDL_ENTRY();
     __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * HD];
     __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
     __shared__ float qs[MAX_G][HD];
@@ -413,6 +494,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         float acc[MAX_G];
 #pragma unroll
         for (int g = 0; g < MAX_G; g++) acc[g] = 0.f;
+#pragma unroll 4
         for (int t = 0; t < nt; t++) {
             float v = bf2f(vs[t * HD + d]);
 #pragma unroll
@@ -438,7 +520,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
     __syncthreads();
     if (!last) return;
     __threadfence();
-    attn_combine_heads<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks);
+    attn_combine_heads<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, (float*)ks);
 }
 
 #define INSTANTIATE_ATTN_ROPE(HD, T, SUF)                                                               \
@@ -454,6 +536,7 @@ INSTANTIATE_ATTN_ROPE(128, float, f32)
 
 // Streaming read of n 16-byte words: the bandwidth denominator of `pti bench`.
 extern "C" __global__ void stream_read(const uint4* p, long n, unsigned* sink) {
+    PDL_ENTRY();
     unsigned acc = 0;
     long stride = (long)gridDim.x * blockDim.x;
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;

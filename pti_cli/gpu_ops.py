@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 from typing import Any
 
 import torch
@@ -36,9 +37,10 @@ def _check(res, what: str):
 class _Module:
     """A loaded CUBIN and a launcher on torch's current stream."""
 
-    def __init__(self, binary: bytes, names: list[str]):
+    def __init__(self, binary: bytes, names: list[str], pdl: bool = False):
         from cuda.bindings import driver
         self.driver = driver
+        self.pdl = pdl   # programmatic dependent launch: every kernel of pti_ops.hip waits before its first access
         _check(driver.cuInit(0), "cuInit")
         self.mod = _check(driver.cuModuleLoadData(binary), "cuModuleLoadData")
         self.fn = {n: _check(driver.cuModuleGetFunction(self.mod, n.encode()), f"cuModuleGetFunction({n})")
@@ -47,11 +49,9 @@ class _Module:
     def launch(self, name: str, grid: tuple, block: tuple, args: list[tuple[Any, Any]]) -> None:
         vals = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a, _ in args)
         types = tuple(t for _, t in args)
+        from .backends.cuda import launch_kernel
         stream = torch.cuda.current_stream().cuda_stream
-        g = tuple(grid) + (1,) * (3 - len(grid))
-        b = tuple(block) + (1,) * (3 - len(block))
-        _check(self.driver.cuLaunchKernel(self.fn[name], *g, *b, 0, stream, (vals, types), 0),
-               f"launch of {name}")
+        launch_kernel(self.driver, self.fn[name], grid, block, 0, stream, (vals, types), self.pdl, f"launch of {name}")
 
 
 KERNELS = ["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16",
@@ -75,7 +75,8 @@ class CudaOps:
         torch.zeros(1, device=device)  # make torch's context current before the module loads
         major, minor = torch.cuda.get_device_capability(device)
         self.device = device
-        self.k = _Module(ops_binary(f"sm_{major}{minor}"), KERNELS)
+        self.k = _Module(ops_binary(f"sm_{major}{minor}"), KERNELS,
+                         pdl=major >= 9 and os.environ.get("PTI_PDL", "1") != "0")
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines
         self.fused_rope = True        # RoPE and the KV write inside that launch (implies fused_attention)

@@ -18,8 +18,8 @@ def test_nvrtc_compiles_and_caches(tmp_path, monkeypatch):
     first = cached_binary("cuda", "sm_90")
     assert not first.cached and first.binary[:4] == b"\x7fELF"      # a CUBIN, not PTX
     res = first.resources
-    from pti_cli.backends.cuda import EXTRA_VARIANTS, TC_VARIANTS
-    variants = [v for vs in TC_VARIANTS.values() for _, v in vs] + list(EXTRA_VARIANTS)
+    from pti_cli.backends.cuda import all_variants
+    variants = all_variants()
     for tag in ("bf16_f32", "bf16_out", "f16_f32", "f16_out"):   # every kernel the host may launch
         assert all(f"pti_mm_{tag}_{v}" in res for v in variants)
         assert f"pti_mmg_{tag}_t1" in res and f"pti_mmg_{tag}_t2" in res

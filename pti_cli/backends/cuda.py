@@ -14,6 +14,7 @@ so results are batch-invariant.  More than 64 rows go in chunks of 64.
 from __future__ import annotations
 
 import ctypes
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,14 +28,20 @@ MAX_ROWS = 64          # rows per launch (8 tiles of 8)
 THREADS = 256
 TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 
-# (twins, max rows) -> kernel suffix "t{twins}_r{row groups per CTA}_m{row tiles}_u{blocks per step}"
-# (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md).  Twins with more than 8
-# rows go as two one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
+# (twins, max rows) -> kernel suffix "t{twins}_r{row groups per CTA}_m{row tiles}_u{blocks per step}[_s{stages}]"
+# (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md).  `_s` variants stage the
+# operands through S shared-memory stages (cp.async) and need vec_ok (K % 8 == 0, aligned rows); without it
+# the launch falls back to the register variant for the same rows (FALLBACK).  Twins with more than 8 rows
+# go as two one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
 TC_VARIANTS = {
     1: ((8, "t1_r1_m1_u8"), (16, "t1_r2_m2_u4"), (32, "t1_r2_m4_u2"), (64, "t1_r2_m8_u1")),
     2: ((8, "t2_r1_m1_u4"),),
 }
-EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2")   # compared by `pti bench --kernels --kernel-variants`
+PIPE_VARIANTS = {
+    1: ((8, "t1_r1_m1_u2_s6"), (16, "t1_r2_m2_u1_s6"), (32, "t1_r2_m4_u1_s4"), (64, "t1_r2_m8_u1_s3")),
+    2: ((8, "t2_r1_m1_u1_s6"),),
+}
+EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r1_m1_u4_s4", "t1_r2_m2_u2_s4", "t2_r1_m1_u2_s4")
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -58,11 +65,15 @@ class KernelMatrix:
         return sum(p.nbytes for p in self.packs)
 
 
-def variant_for(twins: int, m: int) -> str:
-    for limit, name in TC_VARIANTS[twins]:
+def variant_for(twins: int, m: int, table: dict | None = None) -> str:
+    for limit, name in (table or PIPE_VARIANTS)[twins]:
         if m <= limit:
             return name
     raise AssertionError(m)
+
+
+def all_variants() -> list[str]:
+    return sorted({v for t in (TC_VARIANTS, PIPE_VARIANTS) for vs in t.values() for _, v in vs} | set(EXTRA_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
@@ -71,6 +82,23 @@ def split_variant(name: str) -> dict[str, int]:
 
 
 SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
+
+
+def smem_bytes(variant: str) -> int:
+    """Dynamic shared memory of a variant: the reduction, or the stage ring (PtiPipe in the kernel)."""
+    v = split_variant(variant)
+    if "s" not in v:
+        return SMEM_BYTES
+    ws, xs = v["u"] * v["t"] * v["r"], v["u"] * v["t"] * v["m"]
+    return max(SMEM_BYTES, v["s"] * (ws + xs) * THREADS * 16 + v["s"] * ws * THREADS * 4)
+
+
+def fallback_variant(variant: str) -> str:
+    """The register variant serving the same rows, for launches without vec_ok."""
+    v = split_variant(variant)
+    if "s" not in v:
+        return variant
+    return variant_for(v["t"], 8 * v["m"], TC_VARIANTS)
 
 
 class KernelBackend(Backend):
@@ -88,6 +116,9 @@ class KernelBackend(Backend):
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.act_dtype = act_dtype
         self.generic = generic
+        # PTI_KERNELS=tc: the register variants only (comparisons); PTI_PDL=0: plain launches
+        self.table = TC_VARIANTS if os.environ.get("PTI_KERNELS") == "tc" else PIPE_VARIANTS
+        self.pdl = False
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
         self._load_module()
@@ -178,16 +209,19 @@ class KernelBackend(Backend):
         tag = ACT_TAGS[act] + ("_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
-        return f"pti_mm_{tag}_{variant or variant_for(twins, m)}"
+        return f"pti_mm_{tag}_{variant or variant_for(twins, m, self.table)}"
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]):
         """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin."""
         p0 = packs[0]
         g, nb = p0.q.shape[:2]
-        rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
         ms = [x.shape[0] for x in xs] + [0]
         ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
         vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
+        if not vec_ok and name.startswith("pti_mm_"):
+            tag, variant = name[len("pti_mm_"):].split("_t", 1)
+            name = f"pti_mm_{tag}_{fallback_variant('t' + variant)}"
+        rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
         def ptr(t):
             return t.data_ptr() if t is not None else 0
         pb = packs[1] if len(packs) > 1 else None
@@ -195,7 +229,7 @@ class KernelBackend(Backend):
                 ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
                 ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows, vec_ok)
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
-        return g // rg, vals, types
+        return name, g // rg, vals, types
 
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
@@ -203,6 +237,24 @@ class KernelBackend(Backend):
 
     def launch(self, packs, xs, ys, name: str) -> None:
         raise NotImplementedError
+
+
+def launch_kernel(driver, f, grid: tuple, block: tuple, smem: int, stream: int, args, pdl: bool, what: str) -> None:
+    """cuLaunchKernelEx on `stream`; with pdl, programmatic stream serialisation: the kernel may
+    start before the previous one in the stream ends (it calls griddepcontrol.wait before
+    touching that kernel's outputs; every kernel of kernels/ does)."""
+    cfg = driver.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = tuple(grid) + (1,) * (3 - len(grid))
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = tuple(block) + (1,) * (3 - len(block))
+    cfg.sharedMemBytes = smem
+    cfg.hStream = driver.CUstream(stream)
+    if pdl:
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+    _cu(driver.cuLaunchKernelEx(cfg, f, args, 0), what)
 
 
 def _cu(result, what: str):
@@ -238,23 +290,27 @@ class CudaBackend(KernelBackend):
             names = ["pti_stream_read"] + [f"pti_mmg_{ACT_TAGS[a]}_{o}_t{t}" for t in (1, 2) for a in ACT_TAGS
                                            for o in ("f32", "out")]
             if not self.generic:
-                variants = [v for vs in TC_VARIANTS.values() for _, v in vs] + list(EXTRA_VARIANTS)
-                names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out") for v in variants]
+                names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
+                          for v in all_variants()]
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if n.startswith("pti_mm_"):
-                    self.smem[n] = SMEM_BYTES
-                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
+                    smem = self.smem[n] = smem_bytes(n.split("_", 4)[4])
+                    if smem > 48 * 1024:
+                        _cu(driver.cuFuncSetAttribute(f, attr, smem), f"shared memory of {n}")
+                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, smem),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
+        # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
+        self.pdl = major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
 
     def launch(self, packs, xs, ys, name: str) -> None:
-        grid, vals, types = self.launch_args(name, packs, xs, ys)
+        name, grid, vals, types = self.launch_args(name, packs, xs, ys)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        _cu(self._drv.cuLaunchKernel(self.funcs[name], grid, 1, 1, THREADS, 1, 1, self.smem.get(name, 0),
-                                     self._drv.CUstream(stream),
-                                     (vals, types), 0),
-            f"launch {name}")
+        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
+                      (vals, types), self.pdl, f"launch {name}")
+
 
     def stream_read(self, buf: torch.Tensor, blocks: int) -> torch.Tensor:
         """Launch the streaming-read kernel over `buf` (the benchmark's denominator)."""

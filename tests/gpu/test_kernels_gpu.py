@@ -215,3 +215,63 @@ def test_load_matrix_from_ssq_file(backend, tmp_path):
                 ref = x.double().cpu() @ torch.from_numpy(ssq.dense(name, tw)).double().T
                 err = (y.double().cpu() - ref).abs().max(dim=1).values
                 assert (err <= 1e-5 * ref.norm(dim=1)).all()
+
+
+@pytest.mark.parametrize("k", [1000, 4096, 1004])
+def test_every_variant_gives_the_same_bits(backend, k):
+    """Register and shared-memory-staged variants of every shape of CTA give one
+    row the same bits (so the host may pick any per M); K = 1004 is not a multiple of 8,
+    so the staged variants fall back to the register ones."""
+    from pti_cli.backends.cuda import all_variants, split_variant
+    n = 300
+    mats = [rand_q8(n, k), rand_q8(n, k)]
+    w = load(backend, mats, k)
+    for v in all_variants():
+        t, rows = split_variant(v)["t"], 8 * split_variant(v)["m"]
+        for m in sorted({1, rows - 3, rows} - {0}):
+            xs = [rand_x(m, k, torch.bfloat16) for _ in range(t)]
+            ys = [poisoned(m, n, torch.float32) for _ in range(t)]
+            backend.launch(w.packs[:t], xs, ys, f"pti_mm_bf16_f32_{v}")
+            for tw in range(t):
+                check_close(ys[tw], xs[tw], *mats[tw], k)
+                for i in range(m):   # the one-row register kernel, row by row
+                    one = poisoned(1, n, torch.float32)
+                    backend.launch([w.packs[tw]], [xs[tw][i:i + 1]], [one], "pti_mm_bf16_f32_t1_r1_m1_u8")
+                    assert torch.equal(ys[tw][i].view(torch.int32), one[0].view(torch.int32)), (v, m, i)
+
+
+def test_dependent_chain_with_programmatic_launch(backend):
+    """Six dependent matmuls (each reads the previous one's output) in one CUDA graph, launched
+    with programmatic dependent launch where the card has it: every kernel must wait for its
+    input, so the replay equals the same chain run launch by launch without it."""
+    n = k = 2048
+    mats = [rand_q8(n, k) for _ in range(6)]
+    ws = [backend.weight_from_q8([(q.cuda(), d.cuda())], k) for q, d in mats]
+    for m in (1, 3, 16, 40):
+        x0 = rand_x(m, k, torch.bfloat16) * 0.05
+        bufs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in ws]
+
+        def chain():
+            x = x0
+            for w, b in zip(ws, bufs):
+                x = backend.matmul(x, w, 0, out=b)
+        chain()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            chain()
+        pdl, backend.pdl = backend.pdl, False
+        try:
+            ref, x = [], x0
+            for w in ws:
+                x = backend.matmul(x, w, 0)
+                torch.cuda.synchronize()
+                ref.append(x)
+        finally:
+            backend.pdl = pdl
+        for _ in range(3):
+            for b in bufs:
+                b.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            for b, r in zip(bufs, ref):
+                assert torch.equal(b.view(torch.int16), r.view(torch.int16))
