@@ -165,7 +165,7 @@ __device__ __forceinline__ void pti_mm_generic(
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
         const signed char* qa, const unsigned* sa, const signed char* qb, const unsigned* sb,  \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok, int prefetch) {            \
         pti_mm_generic<TIN, TOUT, NTW>(qa, sa, qb, sb, xa, xb, ya, yb, Ma, Mb, N, K, nb, ldx,  \
                                        ldy);                                                   \
     }
@@ -257,6 +257,7 @@ struct PtiArgs {
     void* y[2];
     int M[2];
     int N, K, nb, ldx, ldy, vec_ok;
+    int prefetch;   // bytes per weight range to prefetch into L2 at the start (0: none)
 };
 
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
@@ -355,6 +356,31 @@ __device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int
         if (b0 + 8 * u < a.nb) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc, KM, KS);
 }
 
+// Ask the copy engine to bring the first `a.prefetch` bytes of each of this
+// CTA's weight ranges (int8 words and scales, per twin; its RG row groups are
+// contiguous) into L2, in 16 KB pieces spread over the threads.  One instruction
+// per piece, no registers held: the warps' own loads of the later steps then
+// hit L2 instead of waiting a DRAM round trip, and with programmatic dependent
+// launch this runs while the previous kernel is still finishing.
+template <int NTW, int RG>
+__device__ __forceinline__ void pti_prefetch_l2(const PtiArgs& a, int unit) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (a.prefetch <= 0) return;
+    constexpr unsigned PIECE = 16384;
+#pragma unroll
+    for (int tw = 0; tw < NTW; ++tw) {
+        const char* q = (const char*)((tw ? a.q[1] : a.q[0]) + (pti_u64)unit * RG * a.nb * 32);
+        const char* sc = (const char*)((tw ? a.s[1] : a.s[0]) + (pti_u64)unit * RG * a.nb * 8);
+        const unsigned qn = min((unsigned)RG * a.nb * 512u, (unsigned)a.prefetch);
+        const unsigned sn = min((unsigned)RG * a.nb * 32u, (unsigned)a.prefetch / 16u);
+        for (unsigned off = threadIdx.x * PIECE; off < qn; off += 256 * PIECE)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(q + off), "r"(min(PIECE, qn - off)) : "memory");
+        if (threadIdx.x == 255 && sn >= 16)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sc), "r"(sn & ~15u) : "memory");
+    }
+#endif
+}
+
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
 // activation rows, U blocks per warp per step.  256 threads = 8 warps; warp w
 // owns blocks b = w (mod 8), in order; the CTA sums the warps in warp order.
@@ -365,7 +391,8 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.x;
     pti_pdl_trigger();
-    pti_pdl_wait();   // this kernel loads weights and activations together
+    pti_prefetch_l2<NTW, RG>(a, unit);   // weights only: safe before the wait
+    pti_pdl_wait();
     // The cvt masks as run-time values (vec_ok is 0 or 1, so the shift gives 0), so
     // that ptxas keeps them in registers instead of rebuilding them for every LOP3.
     const unsigned zero = (unsigned)a.vec_ok >> 31;
@@ -438,9 +465,9 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok, int prefetch) {            \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok};                                        \
+                           N, K, nb, ldx, ldy, vec_ok, prefetch};                              \
         pti_mm_tc<TIN, TOUT, NTW, RG, MT, U>(a);                                               \
     }
 
@@ -453,184 +480,17 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u4, TIN, TOUT, 1, 1, 2, 4)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u2, TIN, TOUT, 1, 1, 4, 2)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4)  \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4)  \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4)  \
     PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)
 PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
-
-// ------------------------------------------------ pipelined tensor-core kernel
-// The same arithmetic as pti_mm_tc (pti_block, pti_finish: the same bits for
-// every output element, so variants mix freely across M), but the operands
-// reach registers through a ring of S shared-memory stages filled by cp.async:
-// S - 1 steps of weights stay in flight per thread whatever the registers, and
-// the weights of the first steps are requested before the wait for the
-// previous kernel (programmatic dependent launch), so they stream in while it
-// finishes.  Each thread reads back only the 16-byte slots it filled itself,
-// so the ring needs no barrier: cp.async.wait_group orders a thread's own
-// copies.  Needs vec_ok (K % 8 == 0, aligned rows): the host falls back to
-// pti_mm_tc otherwise.
-
-__device__ __forceinline__ unsigned pti_smem_addr(const void* p) {
-    pti_u64 a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-    return (unsigned)a;
-}
-// 16 bytes (src_bytes of them read, the rest zero-filled) and 4 bytes, global -> shared
-__device__ __forceinline__ void pti_cp16(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(pti_smem_addr(dst)), "l"(src),
-                 "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void pti_cp4(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(pti_smem_addr(dst)), "l"(src),
-                 "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void pti_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void pti_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-// Shared memory of a pipelined variant, in bytes (the host computes the same:
-// backends/cuda.py pipe_smem_bytes).
-template <int NTW, int RG, int MT, int U, int S>
-struct PtiPipe {
-    static constexpr int WS = U * NTW * RG;   // weight slots (16 B) per thread per stage
-    static constexpr int XS = U * NTW * MT;   // activation slots (16 B)
-    static constexpr int BYTES_RING = S * (WS + XS) * 256 * 16 + S * WS * 256 * 4;
-    static constexpr int BYTES = BYTES_RING > 16384 ? BYTES_RING : 16384;
-};
-
-template <int NTW, int RG, int MT, int U, int S>
-__device__ __forceinline__ void pti_pipe_issue_w(const PtiArgs& a, int unit, int warp, int lane, int j, int slot,
-                                                 uint4* wst, unsigned* sst) {
-    typedef PtiPipe<NTW, RG, MT, U, S> P;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int b = warp + 8 * (U * j + u);
-        const bool ok = b < a.nb;
-#pragma unroll
-        for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-            for (int r = 0; r < RG; ++r) {
-                const int k = (u * NTW + tw) * RG + r;
-                const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + (ok ? b : 0);
-                pti_cp16(wst + (slot * P::WS + k) * 256 + threadIdx.x, (tw ? a.q[1] : a.q[0]) + blk * 32 + lane,
-                         ok ? 16 : 0);
-                pti_cp4(sst + (slot * P::WS + k) * 256 + threadIdx.x, (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2),
-                        ok ? 4 : 0);
-            }
-    }
-}
-
-template <int NTW, int RG, int MT, int U, int S>
-__device__ __forceinline__ void pti_pipe_issue_x(const PtiArgs& a, int warp, int lane, int j, int slot, uint4* xst) {
-    typedef PtiPipe<NTW, RG, MT, U, S> P;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int b = warp + 8 * (U * j + u);
-        const int k0 = b * 32 + 8 * (lane & 3);
-#pragma unroll
-        for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int row = mt * 8 + (lane >> 2);
-                const bool ok = b < a.nb && k0 < a.K && row < (tw ? a.M[1] : a.M[0]);
-                const unsigned short* x = tw ? a.x[1] : a.x[0];
-                pti_cp16(xst + (slot * P::XS + u * NTW * MT + tw * MT + mt) * 256 + threadIdx.x,
-                         ok ? x + (pti_u64)row * a.ldx + k0 : x, ok ? 16 : 0);
-            }
-    }
-}
-
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int S>
-__device__ __forceinline__ void pti_mm_pipe(const PtiArgs& a) {
-    typedef PtiPipe<NTW, RG, MT, U, S> P;
-    constexpr int NS = NTW * RG * MT;
-    extern __shared__ __align__(16) unsigned char pti_smem[];
-    uint4* wst = (uint4*)pti_smem;                               // [S][WS][256]
-    uint4* xst = wst + S * P::WS * 256;                          // [S][XS][256]
-    unsigned* sst = (unsigned*)(xst + S * P::XS * 256);          // [S][WS][256]
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int unit = blockIdx.x;
-    const unsigned zero = (unsigned)a.vec_ok >> 31;
-    const unsigned KM = 0x807f807fu ^ zero, KS = 0x80008000u ^ zero;
-    // this warp's blocks: warp, warp + 8, ...; U per step
-    const int count = a.nb > warp ? (a.nb - warp + 7) / 8 : 0;
-    const int nsteps = (count + U - 1) / U;
-    pti_pdl_trigger();
-#pragma unroll
-    for (int j = 0; j < S - 1; ++j)
-        if (j < nsteps) pti_pipe_issue_w<NTW, RG, MT, U, S>(a, unit, warp, lane, j, j, wst, sst);
-    pti_pdl_wait();
-#pragma unroll
-    for (int j = 0; j < S - 1; ++j) {
-        if (j < nsteps) pti_pipe_issue_x<NTW, RG, MT, U, S>(a, warp, lane, j, j, xst);
-        pti_cp_commit();
-    }
-    float acc[NS * 4];
-#pragma unroll
-    for (int i = 0; i < NS * 4; ++i) acc[i] = 0.f;
-    int slot = 0;
-    for (int i = 0; i < nsteps; ++i) {
-        const int j = i + S - 1;
-        const int js = slot == 0 ? S - 1 : slot - 1;   // (i + S - 1) % S: the slot read last step
-        if (j < nsteps) {
-            pti_pipe_issue_w<NTW, RG, MT, U, S>(a, unit, warp, lane, j, js, wst, sst);
-            pti_pipe_issue_x<NTW, RG, MT, U, S>(a, warp, lane, j, js, xst);
-        }
-        pti_cp_commit();
-        pti_cp_wait<S - 1>();
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            uint4 wv[NTW][RG], xv[NTW][MT];
-            unsigned sv[NTW][RG];
-#pragma unroll
-            for (int tw = 0; tw < NTW; ++tw) {
-#pragma unroll
-                for (int r = 0; r < RG; ++r) {
-                    const int k = (u * NTW + tw) * RG + r;
-                    wv[tw][r] = wst[(slot * P::WS + k) * 256 + threadIdx.x];
-                    sv[tw][r] = sst[(slot * P::WS + k) * 256 + threadIdx.x];
-                }
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) xv[tw][mt] = xst[(slot * P::XS + u * NTW * MT + tw * MT + mt) * 256 + threadIdx.x];
-            }
-            if (U * i + u < count) pti_block<TIN, NTW, RG, MT>(wv, sv, xv, acc, KM, KS);
-        }
-        slot = slot == S - 1 ? 0 : slot + 1;
-    }
-    pti_cp_wait<0>();
-    __syncthreads();   // every warp is done with the ring before the reduction reuses it
-    pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
-}
-
-#define PTI_PIPE(NAME, TIN, TOUT, NTW, RG, MT, U, S, MINB)                                    \
-    extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
-        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
-        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
-        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok};                                        \
-        pti_mm_pipe<TIN, TOUT, NTW, RG, MT, U, S>(a);                                          \
-    }
-
-// Variants: pti_mm_{tag}_t{NTW}_r{RG}_m{MT}_u{U}_s{S}; shared memory per CTA
-// from PtiPipe (the host asks for it at load).  MINB = CTAs per SM the
-// register budget is set for.
-#define PTI_PIPE_ALL(TAG, TIN, TOUT)                                      \
-    PTI_PIPE(pti_mm_##TAG##_t1_r1_m1_u2_s6, TIN, TOUT, 1, 1, 1, 2, 6, 2)  \
-    PTI_PIPE(pti_mm_##TAG##_t1_r1_m1_u4_s4, TIN, TOUT, 1, 1, 1, 4, 4, 1)  \
-    PTI_PIPE(pti_mm_##TAG##_t1_r2_m2_u1_s6, TIN, TOUT, 1, 2, 2, 1, 6, 2)  \
-    PTI_PIPE(pti_mm_##TAG##_t1_r2_m2_u2_s4, TIN, TOUT, 1, 2, 2, 2, 4, 1)  \
-    PTI_PIPE(pti_mm_##TAG##_t1_r2_m4_u1_s4, TIN, TOUT, 1, 2, 4, 1, 4, 1)  \
-    PTI_PIPE(pti_mm_##TAG##_t1_r2_m8_u1_s3, TIN, TOUT, 1, 2, 8, 1, 3, 1)  \
-    PTI_PIPE(pti_mm_##TAG##_t2_r1_m1_u1_s6, TIN, TOUT, 2, 1, 1, 1, 6, 2)  \
-    PTI_PIPE(pti_mm_##TAG##_t2_r1_m1_u2_s4, TIN, TOUT, 2, 1, 1, 2, 4, 1)
-
-PTI_PIPE_ALL(bf16_f32, 0, 0)
-PTI_PIPE_ALL(bf16_out, 0, 1)
-PTI_PIPE_ALL(f16_f32, 1, 0)
-PTI_PIPE_ALL(f16_out, 1, 1)
 
 #endif  // PTI_CUDA

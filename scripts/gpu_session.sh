@@ -11,7 +11,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PTI_CACHE_DIR=/tmp/pticache
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader;
   python3 -c "import torch; from cuda.bindings import nvrtc; print('torch', torch.__version__, 'nvrtc', nvrtc.nvrtcVersion()[1:])";
   git log --oneline -1 2>/dev/null; } 2>&1 | tee "$OUT/env.txt"
-pti() { python3 -c "from pti_cli.cli import main; main()" "$@"; }
+pti() { python3 -m pti_cli.cli "$@"; }
 step() { echo "== $(date -u +%T) $*"; }
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   step tests
@@ -21,16 +21,16 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   step kernels default
-  timeout 150 pti bench --kernels --json "$OUT/kernels.json" \
+  timeout 150 python3 -m pti_cli.cli bench --kernels --json "$OUT/kernels.json" \
       --kernel-variants ${VARIANTS:-default} 2>&1 | tail -80 | tee "$OUT/kernels.log"
   step 8b
-  timeout 200 pti bench --synthetic 8b --seqs 1,2,4,8,16,32 --twins a,ab --json "$OUT/bench_8b.json" \
+  timeout 200 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,2,4,8,16,32 --twins a,ab --json "$OUT/bench_8b.json" \
       --plot "$OUT/bench_8b.png" 2>&1 | grep -v "^seqs" | tail -30 | tee "$OUT/bench_8b.log"
   step 8b no pdl
-  PTI_PDL=0 timeout 100 pti bench --synthetic 8b --seqs 1,16 --twins a --repeats 2 2>&1 | tail -12 | tee "$OUT/bench_8b_nopdl.log"
+  PTI_PDL=0 timeout 100 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,16 --twins a --repeats 2 2>&1 | tail -12 | tee "$OUT/bench_8b_nopdl.log"
   step diag
   timeout 90 python3 docs/bench/h200_diag.py 8b "$OUT/diag_8b.json" 2>&1 | tail -25 | tee "$OUT/diag.log"
   step kernels baseline
-  PTI_KERNELS=tc PTI_PDL=0 timeout 150 pti bench --kernels --json "$OUT/kernels_tc_nopdl.json" 2>&1 | tail -70 | tee "$OUT/kernels_tc_nopdl.log"
+  PTI_KERNELS=tc PTI_PDL=0 timeout 150 python3 -m pti_cli.cli bench --kernels --json "$OUT/kernels_tc_nopdl.json" 2>&1 | tail -70 | tee "$OUT/kernels_tc_nopdl.log"
 fi
 step done

@@ -28,20 +28,16 @@ MAX_ROWS = 64          # rows per launch (8 tiles of 8)
 THREADS = 256
 TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 
-# (twins, max rows) -> kernel suffix "t{twins}_r{row groups per CTA}_m{row tiles}_u{blocks per step}[_s{stages}]"
-# (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md).  `_s` variants stage the
-# operands through S shared-memory stages (cp.async) and need vec_ok (K % 8 == 0, aligned rows); without it
-# the launch falls back to the register variant for the same rows (FALLBACK).  Twins with more than 8 rows
-# go as two one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
+# (twins, max rows) -> kernel suffix "t{twins}_r{row groups per CTA}_m{row tiles}_u{blocks per step}"
+# (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md).  Twins with more than 8
+# rows go as two one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
 TC_VARIANTS = {
     1: ((8, "t1_r1_m1_u8"), (16, "t1_r2_m2_u4"), (32, "t1_r2_m4_u2"), (64, "t1_r2_m8_u1")),
     2: ((8, "t2_r1_m1_u4"),),
 }
-PIPE_VARIANTS = {
-    1: ((8, "t1_r1_m1_u2_s6"), (16, "t1_r2_m2_u1_s6"), (32, "t1_r2_m4_u1_s4"), (64, "t1_r2_m8_u1_s3")),
-    2: ((8, "t2_r1_m1_u1_s6"),),
-}
-EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r1_m1_u4_s4", "t1_r2_m2_u2_s4", "t2_r1_m1_u2_s4")
+EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r1_m2_u4", "t1_r1_m2_u8", "t1_r1_m4_u2", "t1_r1_m4_u4",
+                  "t2_r1_m2_u4")
+PREFETCH_BYTES = 64 << 10   # L2 prefetch per weight range at a kernel's start (PTI_PREFETCH_KB overrides)
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -65,15 +61,15 @@ class KernelMatrix:
         return sum(p.nbytes for p in self.packs)
 
 
-def variant_for(twins: int, m: int, table: dict | None = None) -> str:
-    for limit, name in (table or PIPE_VARIANTS)[twins]:
+def variant_for(twins: int, m: int) -> str:
+    for limit, name in TC_VARIANTS[twins]:
         if m <= limit:
             return name
     raise AssertionError(m)
 
 
 def all_variants() -> list[str]:
-    return sorted({v for t in (TC_VARIANTS, PIPE_VARIANTS) for vs in t.values() for _, v in vs} | set(EXTRA_VARIANTS))
+    return sorted({v for vs in TC_VARIANTS.values() for _, v in vs} | set(EXTRA_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
@@ -82,23 +78,6 @@ def split_variant(name: str) -> dict[str, int]:
 
 
 SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
-
-
-def smem_bytes(variant: str) -> int:
-    """Dynamic shared memory of a variant: the reduction, or the stage ring (PtiPipe in the kernel)."""
-    v = split_variant(variant)
-    if "s" not in v:
-        return SMEM_BYTES
-    ws, xs = v["u"] * v["t"] * v["r"], v["u"] * v["t"] * v["m"]
-    return max(SMEM_BYTES, v["s"] * (ws + xs) * THREADS * 16 + v["s"] * ws * THREADS * 4)
-
-
-def fallback_variant(variant: str) -> str:
-    """The register variant serving the same rows, for launches without vec_ok."""
-    v = split_variant(variant)
-    if "s" not in v:
-        return variant
-    return variant_for(v["t"], 8 * v["m"], TC_VARIANTS)
 
 
 class KernelBackend(Backend):
@@ -116,9 +95,8 @@ class KernelBackend(Backend):
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.act_dtype = act_dtype
         self.generic = generic
-        # PTI_KERNELS=tc: the register variants only (comparisons); PTI_PDL=0: plain launches
-        self.table = TC_VARIANTS if os.environ.get("PTI_KERNELS") == "tc" else PIPE_VARIANTS
-        self.pdl = False
+        self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
+        self.prefetch = int(os.environ.get("PTI_PREFETCH_KB", PREFETCH_BYTES >> 10)) << 10
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
         self._load_module()
@@ -209,7 +187,7 @@ class KernelBackend(Backend):
         tag = ACT_TAGS[act] + ("_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
-        return f"pti_mm_{tag}_{variant or variant_for(twins, m, self.table)}"
+        return f"pti_mm_{tag}_{variant or variant_for(twins, m)}"
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]):
         """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin."""
@@ -218,17 +196,14 @@ class KernelBackend(Backend):
         ms = [x.shape[0] for x in xs] + [0]
         ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
         vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
-        if not vec_ok and name.startswith("pti_mm_"):
-            tag, variant = name[len("pti_mm_"):].split("_t", 1)
-            name = f"pti_mm_{tag}_{fallback_variant('t' + variant)}"
         rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
         def ptr(t):
             return t.data_ptr() if t is not None else 0
         pb = packs[1] if len(packs) > 1 else None
         vals = (ptr(p0.q), ptr(p0.s), ptr(pb.q if pb else None), ptr(pb.s if pb else None),
                 ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
-                ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows, vec_ok)
-        types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
+                ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows, vec_ok, self.prefetch)
+        types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 9
         return name, g // rg, vals, types
 
     # -- per platform ----------------------------------------------------------
@@ -292,13 +267,10 @@ class CudaBackend(KernelBackend):
             if not self.generic:
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
                           for v in all_variants()]
-            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if n.startswith("pti_mm_"):
-                    smem = self.smem[n] = smem_bytes(n.split("_", 4)[4])
-                    if smem > 48 * 1024:
-                        _cu(driver.cuFuncSetAttribute(f, attr, smem), f"shared memory of {n}")
+                    smem = self.smem[n] = SMEM_BYTES
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, smem),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")

@@ -219,9 +219,9 @@ def test_load_matrix_from_ssq_file(backend, tmp_path):
 
 @pytest.mark.parametrize("k", [1000, 4096, 1004])
 def test_every_variant_gives_the_same_bits(backend, k):
-    """Register and shared-memory-staged variants of every shape of CTA give one
-    row the same bits (so the host may pick any per M); K = 1004 is not a multiple of 8,
-    so the staged variants fall back to the register ones."""
+    """Every variant (rows per CTA, row tiles, blocks per step, twins) gives one row the
+    same bits as the one-row kernel, so the host may pick any per M; K = 1004 takes the
+    guarded (unaligned) path."""
     from pti_cli.backends.cuda import all_variants, split_variant
     n = 300
     mats = [rand_q8(n, k), rand_q8(n, k)]
