@@ -257,7 +257,7 @@ struct PtiArgs {
     void* y[2];
     int M[2];
     int N, K, nb, ldx, ldy, vec_ok;
-    int prefetch;   // bytes per weight range to prefetch into L2 at the start (0: none)
+    int prefetch;   // steps of weights to prefetch into L2 before waiting for the previous kernel
 };
 
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
@@ -356,31 +356,6 @@ __device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int
         if (b0 + 8 * u < a.nb) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc, KM, KS);
 }
 
-// Ask the copy engine to bring the first `a.prefetch` bytes of each of this
-// CTA's weight ranges (int8 words and scales, per twin; its RG row groups are
-// contiguous) into L2, in 16 KB pieces spread over the threads.  One instruction
-// per piece, no registers held: the warps' own loads of the later steps then
-// hit L2 instead of waiting a DRAM round trip, and with programmatic dependent
-// launch this runs while the previous kernel is still finishing.
-template <int NTW, int RG>
-__device__ __forceinline__ void pti_prefetch_l2(const PtiArgs& a, int unit) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (a.prefetch <= 0) return;
-    constexpr unsigned PIECE = 16384;
-#pragma unroll
-    for (int tw = 0; tw < NTW; ++tw) {
-        const char* q = (const char*)((tw ? a.q[1] : a.q[0]) + (pti_u64)unit * RG * a.nb * 32);
-        const char* sc = (const char*)((tw ? a.s[1] : a.s[0]) + (pti_u64)unit * RG * a.nb * 8);
-        const unsigned qn = min((unsigned)RG * a.nb * 512u, (unsigned)a.prefetch);
-        const unsigned sn = min((unsigned)RG * a.nb * 32u, (unsigned)a.prefetch / 16u);
-        for (unsigned off = threadIdx.x * PIECE; off < qn; off += 256 * PIECE)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(q + off), "r"(min(PIECE, qn - off)) : "memory");
-        if (threadIdx.x == 255 && sn >= 16)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sc), "r"(sn & ~15u) : "memory");
-    }
-#endif
-}
-
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
 // activation rows, U blocks per warp per step.  256 threads = 8 warps; warp w
 // owns blocks b = w (mod 8), in order; the CTA sums the warps in warp order.
@@ -391,8 +366,6 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.x;
     pti_pdl_trigger();
-    pti_prefetch_l2<NTW, RG>(a, unit);   // weights only: safe before the wait
-    pti_pdl_wait();
     // The cvt masks as run-time values (vec_ok is 0 or 1, so the shift gives 0), so
     // that ptxas keeps them in registers instead of rebuilding them for every LOP3.
     const unsigned zero = (unsigned)a.vec_ok >> 31;
@@ -424,6 +397,19 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
                                         warp * 32 + 8 * (lane & 3));
         }
     }
+    // The first steps' weights towards L2 (one prefetch per 128-byte line) while the previous
+    // kernel may still be running: weights are never written, activations are read after the wait.
+    for (int i = 0; i < nsteps && i < a.prefetch; ++i)
+        if ((lane & 7) == 0) {
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+                    for (int r = 0; r < RG; ++r)
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"(qp[tw][r] + (i * U + u) * 8 * 32));
+        }
+    pti_pdl_wait();
     for (int i = 0; i < nsteps; ++i) {
         uint4 wv[U][NTW][RG], xv[U][NTW][MT];
         unsigned sv[U][NTW][RG];
@@ -461,8 +447,8 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 
-#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U)                                               \
-    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
+#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, MINB)                                         \
+    extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok, int prefetch) {            \
@@ -474,19 +460,20 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 // Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}.  The host
 // (pti_cli/backends/cuda.py) picks one per call from M alone; 16 KB of dynamic
 // shared memory (the reduction).
-#define PTI_TC_ALL(TAG, TIN, TOUT)                             \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8)  \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4)  \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4)  \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2)  \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u4, TIN, TOUT, 1, 1, 2, 4)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u2, TIN, TOUT, 1, 1, 4, 2)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4)  \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4)  \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4)  \
-    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2)
+#define PTI_TC_ALL(TAG, TIN, TOUT)                                \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 1)  \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4, 1)  \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4, 1)  \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2, 1)  \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1, 1)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u4, TIN, TOUT, 1, 1, 2, 4, 2)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u6, TIN, TOUT, 1, 1, 2, 6, 2)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8, 1)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u2, TIN, TOUT, 1, 1, 4, 2, 2)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4, 1)  \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4, 1)  \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4, 1)  \
+    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2, 1)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

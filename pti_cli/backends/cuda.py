@@ -35,9 +35,9 @@ TC_VARIANTS = {
     1: ((8, "t1_r1_m1_u8"), (16, "t1_r2_m2_u4"), (32, "t1_r2_m4_u2"), (64, "t1_r2_m8_u1")),
     2: ((8, "t2_r1_m1_u4"),),
 }
-EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r1_m2_u4", "t1_r1_m2_u8", "t1_r1_m4_u2", "t1_r1_m4_u4",
-                  "t2_r1_m2_u4")
-PREFETCH_BYTES = 64 << 10   # L2 prefetch per weight range at a kernel's start (PTI_PREFETCH_KB overrides)
+EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r1_m2_u4", "t1_r1_m2_u6", "t1_r1_m2_u8", "t1_r1_m4_u2",
+                  "t1_r1_m4_u4", "t2_r1_m2_u4")
+PREFETCH_STEPS = 1   # steps of weights each warp prefetches into L2 before waiting for the previous kernel
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -96,7 +96,7 @@ class KernelBackend(Backend):
         self.act_dtype = act_dtype
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
-        self.prefetch = int(os.environ.get("PTI_PREFETCH_KB", PREFETCH_BYTES >> 10)) << 10
+        self.prefetch = int(os.environ.get("PTI_PREFETCH", PREFETCH_STEPS))
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
         self._load_module()
