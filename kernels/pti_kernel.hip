@@ -56,11 +56,11 @@ __device__ __forceinline__ unsigned short pti_f32_to_f16(float f) {
 
 // Programmatic dependent launch (sm_90+; no-ops elsewhere and when a kernel is
 // launched without the attribute).  Every kernel triggers its dependents at
-// once (the next kernel's CTAs may then start as this grid's retire, and
-// prefetch their weights) and reads activations or writes anything only after
+// once (the next kernel's CTAs may then be scheduled as this grid's retire,
+// hiding the launch gap) and reads or writes global memory only after
 // pti_pdl_wait(), which returns once the previous grid has completed and its
-// writes are visible.  Weights never change during a pass, so reading them
-// before the wait is safe.
+// writes are visible.  (Loading or L2-prefetching weights before the wait is
+// allowed, weights never change, but measured no gain: docs/perf.md.)
 __device__ __forceinline__ void pti_pdl_trigger() {
 #if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -165,7 +165,7 @@ __device__ __forceinline__ void pti_mm_generic(
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
         const signed char* qa, const unsigned* sa, const signed char* qb, const unsigned* sb,  \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok, int prefetch) {            \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
         pti_mm_generic<TIN, TOUT, NTW>(qa, sa, qb, sb, xa, xb, ya, yb, Ma, Mb, N, K, nb, ldx,  \
                                        ldy);                                                   \
     }
@@ -257,7 +257,6 @@ struct PtiArgs {
     void* y[2];
     int M[2];
     int N, K, nb, ldx, ldy, vec_ok;
-    int prefetch;   // steps of weights to prefetch into L2 before waiting for the previous kernel
 };
 
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
@@ -397,19 +396,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
                                         warp * 32 + 8 * (lane & 3));
         }
     }
-    // The first steps' weights towards L2 (one prefetch per 128-byte line) while the previous
-    // kernel may still be running: weights are never written, activations are read after the wait.
-    for (int i = 0; i < nsteps && i < a.prefetch; ++i)
-        if ((lane & 7) == 0) {
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-#pragma unroll
-                for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                    for (int r = 0; r < RG; ++r)
-                        asm volatile("prefetch.global.L2 [%0];" ::"l"(qp[tw][r] + (i * U + u) * 8 * 32));
-        }
-    pti_pdl_wait();
+    pti_pdl_wait();   // activations only after the previous kernel is done (weights could go before: measured no gain)
     for (int i = 0; i < nsteps; ++i) {
         uint4 wv[U][NTW][RG], xv[U][NTW][MT];
         unsigned sv[U][NTW][RG];
@@ -451,9 +438,9 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok, int prefetch) {            \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok, prefetch};                              \
+                           N, K, nb, ldx, ldy, vec_ok};                                        \
         pti_mm_tc<TIN, TOUT, NTW, RG, MT, U>(a);                                               \
     }
 
@@ -471,6 +458,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8, 1)  \
     PTI_TC(pti_mm_##TAG##_t1_r1_m4_u2, TIN, TOUT, 1, 1, 4, 2, 2)  \
     PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4, 1)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1, TIN, TOUT, 1, 1, 8, 1, 1)  \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4, 1)  \
     PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4, 1)  \
     PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2, 1)

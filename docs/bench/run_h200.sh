@@ -1,25 +1,34 @@
 #!/bin/bash
-# The H200 run of issue 5 (one device call): GPU tests of the forward, a per-op
-# time breakdown, then `pti bench --synthetic 8b`.  Everything lands in $OUT.
-#   bash docs/bench/run_h200.sh [quick]
+# The full H200 call (issues 4 and 5): `make test-gpu`, the kernel table, a per-op
+# breakdown of the 8b pass, then `pti bench --synthetic 8b` (sequences x twins, and the
+# lookup replay).  Run from anywhere with .whl/ (the gguf wheel) carried; results in $OUT
+# (few files: the device returns at most eight).   bash docs/bench/run_h200.sh [quick]
 cd "$(dirname "$0")/../.." || exit 1
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-} PTI_CACHE_DIR=/tmp/pti-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem --format=csv;
-  python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; git log --oneline -1; } 2>&1 | tee "$OUT/env.txt"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD PTI_CACHE_DIR=/tmp/pti-cache
+LOG=$OUT/run.log
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader;
+  python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; git log --oneline -1 2>/dev/null; } >> "$LOG" 2>&1
+step() { echo "== $(date -u +%T) $*" >> "$LOG"; }
 
-timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_gpu_model.py 2>&1 | tail -40 | tee "$OUT/gpu_tests.log"
-timeout 90 python3 docs/bench/h200_diag.py 8b "$OUT/diag_8b.json" 2>&1 | tail -20
+step make test-gpu
+timeout 240 make test-gpu PYTHON=python3 2>&1 | tail -6 >> "$LOG"
+step kernels
+timeout 150 python3 -m pti_cli.cli bench --kernels --json "$OUT/kernels.json" \
+    --kernel-variants default,t1_r1_m8_u1,t1_r2_m2_u4,t1_r2_m4_u2 > /tmp/kernels.log 2>&1
+grep -v "^│\|^┃\|^┏\|^┡\|^└" /tmp/kernels.log | tail -4 >> "$LOG"
+step diag
+timeout 90 python3 docs/bench/h200_diag.py 8b "$OUT/diag_8b.json" 2>&1 | tail -20 >> "$LOG"
 
 TRACE=docs/bench/accept_trace_smollm2.json
-bench() {  # bench NAME ARGS...: with the fused ops; if that fails, once more with torch ops
+bench() {  # bench NAME ARGS...
     local name=$1; shift
+    step "bench $name $*"
     timeout 240 python3 -m pti_cli.cli bench --synthetic 8b "$@" --json "$OUT/$name.json" --plot "$OUT/$name.png" 2>&1 \
-        | tee "$OUT/$name.log" | grep -v "^seqs" || true
-    [ -s "$OUT/$name.json" ] || timeout 240 python3 -m pti_cli.cli bench --synthetic 8b "$@" --ops torch \
-        --json "$OUT/$name.json" --plot "$OUT/$name.png" 2>&1 | tee "$OUT/$name.log"
+        | grep -v "^[│┃┏┡└]" | tail -14 >> "$LOG"
 }
 bench bench_8b --seqs 1,2,4,8,16,32 --twins a,ab
 [ "$1" = quick ] && exit 0
 [ -f $TRACE ] && bench bench_8b_lookup --seqs 1,2,4,8 --spec none,lookup --accept-trace $TRACE
-date -u
+step done

@@ -32,12 +32,11 @@ TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 # (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md).  Twins with more than 8
 # rows go as two one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
 TC_VARIANTS = {
-    1: ((8, "t1_r1_m1_u8"), (16, "t1_r2_m2_u4"), (32, "t1_r2_m4_u2"), (64, "t1_r2_m8_u1")),
+    1: ((8, "t1_r1_m1_u8"), (16, "t1_r1_m2_u4"), (32, "t1_r1_m4_u2"), (64, "t1_r2_m8_u1")),
     2: ((8, "t2_r1_m1_u4"),),
 }
-EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r1_m2_u4", "t1_r1_m2_u6", "t1_r1_m2_u8", "t1_r1_m4_u2",
-                  "t1_r1_m4_u4", "t2_r1_m2_u4")
-PREFETCH_STEPS = 1   # steps of weights each warp prefetches into L2 before waiting for the previous kernel
+EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r1_m2_u6", "t1_r1_m2_u8",
+                  "t1_r1_m4_u4", "t1_r1_m8_u1", "t2_r1_m2_u4")
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -96,7 +95,6 @@ class KernelBackend(Backend):
         self.act_dtype = act_dtype
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
-        self.prefetch = int(os.environ.get("PTI_PREFETCH", PREFETCH_STEPS))
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
         self._load_module()
@@ -202,8 +200,8 @@ class KernelBackend(Backend):
         pb = packs[1] if len(packs) > 1 else None
         vals = (ptr(p0.q), ptr(p0.s), ptr(pb.q if pb else None), ptr(pb.s if pb else None),
                 ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
-                ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows, vec_ok, self.prefetch)
-        types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 9
+                ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows, vec_ok)
+        types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
         return name, g // rg, vals, types
 
     # -- per platform ----------------------------------------------------------
