@@ -8,7 +8,8 @@ two-twin case), then times, alternating, best of --repeat:
   copy2  shutil.copyfile(A) + shutil.copyfile(B)
   pack2  `pti pack A B -o out.ssq`               (two twins: SSQ16 interleave)
 The pack times are of the `pti` command in a subprocess (start-up, hashing and
-header included).  Each timing starts after os.sync(); it is reported twice:
+header included).  Every case replaces its own output of the previous round
+(the same number of bytes), as `cp` and `pti pack --force` do when run again.  Each timing starts after os.sync(); it is reported twice:
 page cache (the command alone) and durable (the command plus os.sync() of
 what it wrote).  Target: pack speed >= 0.5x copy speed.
 
@@ -118,23 +119,24 @@ def main() -> None:
         if not p.exists():
             write_q8_gguf(p, args.layers, seed)
     pti = str(Path(sys.executable).with_name("pti"))
-    out, cp_a, cp_b = d / "out.ssq", d / "copy_a.gguf", d / "copy_b.gguf"
+    # Every case replaces its own result of the previous round (the same bytes):
+    # copies truncate their target, pack renames over its own output.  (One output
+    # shared by pack A and pack A B made pack A B replace a file half its size.)
+    out1, out2, cp_a, cp_b = d / "out1.ssq", d / "out2.ssq", d / "copy_a.gguf", d / "copy_b.gguf"
 
-    def pack(*srcs: Path) -> None:
+    def pack(out: Path, *srcs: Path) -> None:
         subprocess.run([pti, "pack", *map(str, srcs), "-o", str(out), "--force", "-q"], check=True)
 
-    cases = {"copy1": lambda: shutil.copyfile(a, cp_a), "loop1": lambda: copy_loop(a, cp_a), "pack1": lambda: pack(a),
-             "copy2": lambda: (shutil.copyfile(a, cp_a), shutil.copyfile(b, cp_b)), "pack2": lambda: pack(a, b)}
+    cases = {"copy1": lambda: shutil.copyfile(a, cp_a), "loop1": lambda: copy_loop(a, cp_a), "pack1": lambda: pack(out1, a),
+             "copy2": lambda: (shutil.copyfile(a, cp_a), shutil.copyfile(b, cp_b)), "pack2": lambda: pack(out2, a, b)}
     best = {(k, durable): float("inf") for k in cases for durable in (False, True)}
     for _ in range(args.repeat):
         for durable in (False, True):
             for k, fn in cases.items():
                 best[k, durable] = min(best[k, durable], timed(fn, durable))
-                if k == "pack1":
-                    size1 = out.stat().st_size
     size_a = a.stat().st_size
-    print(f"source A: {size_a / 1e9:.3f} GB Q8_0 ({args.layers} layers); identical-twin output {size1 / 1e9:.3f} GB, "
-          f"two-twin output {out.stat().st_size / 1e9:.3f} GB; best of {args.repeat}")
+    print(f"source A: {size_a / 1e9:.3f} GB Q8_0 ({args.layers} layers); identical-twin output "
+          f"{out1.stat().st_size / 1e9:.3f} GB, two-twin output {out2.stat().st_size / 1e9:.3f} GB; best of {args.repeat}")
     for durable in (False, True):
         print("page cache (no sync)" if not durable else "durable (timing includes os.sync)")
         for case, copy, pk, n_in in (("pack A (mode 8)", "copy1", "pack1", 1), ("pack A B (mode 16)", "copy2", "pack2", 2)):
@@ -145,7 +147,7 @@ def main() -> None:
         tl = best["loop1", durable]
         print(f"  {'(user-space copy)':20s}: read/write loop of A {tl:6.2f} s ({size_a / 1e9 / tl:5.2f} GB/s): "
               f"pack A at {tl / best['pack1', durable]:.2f}x its speed")
-    for p in (out, cp_a, cp_b):
+    for p in (out1, out2, cp_a, cp_b):
         p.unlink(missing_ok=True)
 
 

@@ -5,6 +5,11 @@ output tensor (name, storage, how to produce its rows), check free disk, then
 stream the tensors in row chunks into a temporary file renamed to OUT at the end.
 Q8_0 sources are copied bit for bit; other types are dequantised by the source
 and quantised here exactly as gguf.quants.quantize(x, Q8_0).
+
+Fast paths for Q8_0 GGUF sources (whose TensorSource offers q8_file_span): mode 8
+copies each matrix file to file (ssq/write.copy_span: copy_file_range); mode 16
+reads both twins' rows with preadv into reused buffers and interleaves them into
+a reused output buffer, so no chunk allocates or page-faults (docs/perf.md).
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from gguf.constants import GGML_QUANT_VERSION
 from .errors import PtiError
 from .ssq import format as F
 from .ssq.quantise import quantize_q8_0
-from .ssq.write import (KeyValue, TensorPlan, atomic_output, check_free_space, check_output, estimate_size,
-                        patch_string_array, write_ssq_gguf)
+from .ssq.write import (FileSpan, KeyValue, SourceFiles, TensorPlan, atomic_output, check_free_space, check_output,
+                        estimate_size, patch_string_array, write_ssq_gguf)
 
 ROW_CHUNK_WEIGHTS = 1 << 20      # weights per row chunk and twin (4 MB as f32): cache-sized chunks wrote 1.4x faster than 8M
 # Keys of twin A's metadata not copied: the writer sets the architecture, and
@@ -84,15 +89,76 @@ def _ssq16_bytes(sa, sb, r0: int, r1: int) -> np.ndarray:
     return F.pack_ssq16(*qa, *qb)
 
 
+def _file_span(src, nbytes: int) -> FileSpan | None:
+    """Where a Q8_0 source matrix's stored bytes lie in its file (optional
+    TensorSource.q8_file_span), when they are exactly the nbytes pack would write."""
+    get = getattr(src, "q8_file_span", None)
+    span = get() if get is not None else None
+    if span is None:
+        return None
+    span = FileSpan(Path(span[0]), int(span[1]), int(span[2]))
+    return span if span.nbytes == nbytes and span.offset >= 0 else None
+
+
+def interleave_q8_into(raw_a: np.ndarray, raw_b: np.ndarray, out: np.ndarray) -> None:
+    """SSQ16 bytes of two twins' Q8_0 rows uint8 [n, nb*34] into out uint8 [n, nb*68]
+    (format.pack_ssq16_q8's layout, written into a given buffer): the scales as
+    2-byte words, then one strided byte copy per twin (fastest of the numpy
+    variants measured: docs/perf.md)."""
+    n = raw_a.shape[0]
+    a, b = raw_a.reshape(n, -1, F.Q8_BLOCK_BYTES), raw_b.reshape(n, -1, F.Q8_BLOCK_BYTES)
+    o = out.reshape(n, -1, F.SSQ16_BLOCK_BYTES)
+    words = o.view("<u2")
+    words[:, :, 0] = a.view("<u2")[:, :, 0]
+    words[:, :, 1] = b.view("<u2")[:, :, 0]
+    o[:, :, 4::2] = b[:, :, 2:]
+    o[:, :, 5::2] = a[:, :, 2:]
+
+
+class _Scratch:
+    """Row-chunk buffers reused by every chunk and tensor (grown when needed)."""
+
+    def __init__(self):
+        self._bufs: dict[str, np.ndarray] = {}
+
+    def get(self, role: str, nbytes: int) -> np.ndarray:
+        buf = self._bufs.get(role)
+        if buf is None or buf.nbytes < nbytes:
+            buf = self._bufs[role] = np.empty(nbytes, np.uint8)
+        return buf[:nbytes]
+
+
+def _ssq16_from_files(files: SourceFiles, scratch: _Scratch, span_a: FileSpan, span_b: FileSpan, k: int):
+    """fill(r0, r1) of a mode-16 matrix whose twins are Q8_0 files: preadv both
+    twins' rows, interleave into the reused output buffer (valid until the next fill)."""
+    rb = F.q8_row_bytes(k)
+
+    def fill(r0: int, r1: int) -> np.ndarray:
+        n = r1 - r0
+        a, b = scratch.get("a", n * rb), scratch.get("b", n * rb)
+        files.read_into(span_a.path, span_a.offset + r0 * rb, memoryview(a))
+        files.read_into(span_b.path, span_b.offset + r0 * rb, memoryview(b))
+        out = scratch.get("out", n * 2 * rb)
+        _interleave(a.reshape(n, rb), b.reshape(n, rb), out.reshape(n, 2 * rb))
+        return out
+    return fill
+
+
+def _interleave(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    interleave_q8_into(a, b, out)      # one name to patch in tests (fault injection)
+
+
 def _vector_plan(name: str, src) -> TensorPlan:
     n = src.shape[0]
     return TensorPlan(name, (n,), np.float32, None, rows=n, row_bytes=4, chunk_rows=max(n, 1),
                       fill=lambda r0, r1: np.asarray(src.f32_rows(r0, r1), dtype=np.float32).reshape(-1))
 
 
-def plan_tensors(a, b) -> list[TensorPlan]:
-    """The output tensors in A's order; b is None for an identical (mode 8) file."""
+def plan_tensors(a, b, files: SourceFiles | None = None) -> list[TensorPlan]:
+    """The output tensors in A's order; b is None for an identical (mode 8) file.
+    files: where mode 16 may read Q8_0 sources' rows directly (None: through the sources)."""
     plans: list[TensorPlan] = []
+    scratch = _Scratch()
     for name, sa in a.tensors.items():
         shape = tuple(int(d) for d in sa.shape)
         if len(shape) == 1:
@@ -109,14 +175,19 @@ def plan_tensors(a, b) -> list[TensorPlan]:
         if b is None:
             if k % F.QK:
                 raise PtiError(f"tensor {name}: row length {k} is not a multiple of 32, which Q8_0 needs")
-            plans.append(TensorPlan(name, (rows, F.q8_row_bytes(k)), np.uint8, GGMLQuantizationType.Q8_0,
-                                    rows=rows, row_bytes=F.q8_row_bytes(k), chunk_rows=chunk,
-                                    fill=lambda r0, r1, sa=sa: _q8_bytes(sa, r0, r1)))
+            rb = F.q8_row_bytes(k)
+            plans.append(TensorPlan(name, (rows, rb), np.uint8, GGMLQuantizationType.Q8_0,
+                                    rows=rows, row_bytes=rb, chunk_rows=chunk,
+                                    fill=lambda r0, r1, sa=sa: _q8_bytes(sa, r0, r1), span=_file_span(sa, rows * rb)))
         else:
             sb = b.tensors[name]
+            span_a, span_b = _file_span(sa, rows * F.q8_row_bytes(k)), _file_span(sb, rows * F.q8_row_bytes(k))
+            if files is not None and span_a is not None and span_b is not None:
+                fill = _ssq16_from_files(files, scratch, span_a, span_b, k)
+            else:
+                fill = lambda r0, r1, sa=sa, sb=sb: _ssq16_bytes(sa, sb, r0, r1)
             plans.append(TensorPlan(name, (rows, F.ssq16_row_bytes(k)), np.int8, None,
-                                    rows=rows, row_bytes=F.ssq16_row_bytes(k), chunk_rows=chunk,
-                                    fill=lambda r0, r1, sa=sa, sb=sb: _ssq16_bytes(sa, sb, r0, r1)))
+                                    rows=rows, row_bytes=F.ssq16_row_bytes(k), chunk_rows=chunk, fill=fill))
     return plans
 
 
@@ -218,35 +289,47 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
     if a_path is None:
         from .default_model import default_gguf
         a_path = default_gguf()
-    a = open_checkpoint(Path(a_path))
-    b = open_checkpoint(Path(b_path)) if b_path is not None else None
-    if b is not None:
-        check_twins(a, b)
-    identical = b is None or same_content(a, b)
-    names = (name_a or _twin_name(a.path),
-             name_b or (_twin_name(b.path) if b is not None else name_a or _twin_name(a.path)))
-    plans = plan_tensors(a, None if identical else b)
     # The sources' sha256s go in the header, but hashing reads every byte once more:
     # hash in threads (hashlib and file reads release the GIL) while the data are
     # written, with fixed-length placeholders in the header patched at the end.
-    kvs = metadata_kvs(a, b, names, identical, sha256=PENDING_SHA)
-    output = Path(output)
+    # A single-file A starts hashing before its header is parsed (a checkpoint's
+    # files are that one file then; checked below).
     stop = threading.Event()
-    with atomic_output(output, force) as tmp:
-        check_free_space(tmp.parent, estimate_size(kvs, plans))
-        hashers = [_Hasher(_files(a), stop)] + ([] if identical else [_Hasher(_files(b), stop)])
-        for h in hashers:
-            h.start()
-        on_start(sum(p.nbytes for p in plans))
-        try:
-            header_len = write_ssq_gguf(tmp, a.arch, kvs, plans, on_bytes)
-            sha = [h.result() for h in hashers]
-            patch_string_array(tmp, header_len, F.KEY_SHA256, [sha[0], sha[-1]])
-        except OSError as e:
-            raise PtiError(f"writing {output} failed: {e.strerror or e}") from None
-        finally:
+    hashers: list[_Hasher] = []
+    try:
+        if Path(a_path).is_file():
+            hashers.append(_Hasher([Path(a_path)], stop))
+            hashers[0].start()
+        a = open_checkpoint(Path(a_path))
+        if not hashers or hashers[0].files != _files(a):
             stop.set()
-        size = tmp.stat().st_size
+            stop = threading.Event()
+            hashers = [_Hasher(_files(a), stop)]
+            hashers[0].start()
+        b = open_checkpoint(Path(b_path)) if b_path is not None else None
+        if b is not None:
+            check_twins(a, b)
+        identical = b is None or same_content(a, b)
+        if not identical:
+            hashers.append(_Hasher(_files(b), stop))
+            hashers[1].start()
+        names = (name_a or _twin_name(a.path),
+                 name_b or (_twin_name(b.path) if b is not None else name_a or _twin_name(a.path)))
+        kvs = metadata_kvs(a, b, names, identical, sha256=PENDING_SHA)
+        output = Path(output)
+        with SourceFiles() as files, atomic_output(output, force) as tmp:
+            plans = plan_tensors(a, None if identical else b, files)
+            check_free_space(tmp.parent, estimate_size(kvs, plans))
+            on_start(sum(p.nbytes for p in plans))
+            try:
+                header_len = write_ssq_gguf(tmp, a.arch, kvs, plans, on_bytes)
+                sha = [h.result() for h in hashers]
+                patch_string_array(tmp, header_len, F.KEY_SHA256, [sha[0], sha[-1]])
+            except OSError as e:
+                raise PtiError(f"writing {output} failed: {e.strerror or e}") from None
+            size = tmp.stat().st_size
+    finally:
+        stop.set()
     return PackResult(output, F.MODE_IDENTICAL if identical else F.MODE_TWIN, identical, size,
                       time.perf_counter() - t0)
 

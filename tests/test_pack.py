@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -161,13 +162,16 @@ def test_existing_output_needs_force(twins, tmp_path, capsys):
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("where", ["_interleave", "_ssq16_bytes"])
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
-def test_atomic_output_on_injected_failure(twins, tmp_path, monkeypatch, exc):
+def test_atomic_output_on_injected_failure(twins, tmp_path, monkeypatch, exc, where):
+    """A failure part-way through the data section leaves nothing behind, on the
+    direct file path (_interleave) and through the sources (_ssq16_bytes)."""
     a, b, _, _ = twins
     out = tmp_path / "out" / "t.ssq"
     out.parent.mkdir()
     calls = []
-    real = pack_mod._ssq16_bytes
+    real = getattr(pack_mod, where)
 
     def failing(*args):
         calls.append(1)
@@ -175,7 +179,9 @@ def test_atomic_output_on_injected_failure(twins, tmp_path, monkeypatch, exc):
             raise exc("injected")
         return real(*args)
 
-    monkeypatch.setattr(pack_mod, "_ssq16_bytes", failing)
+    monkeypatch.setattr(pack_mod, where, failing)
+    if where == "_ssq16_bytes":
+        monkeypatch.setattr(pack_mod, "_file_span", lambda src, nbytes: None)
     with pytest.raises(exc):
         pack(a, b, out)
     assert len(calls) == 5
@@ -236,33 +242,121 @@ def test_one_gib_tensor_under_1_5_gib_peak_rss(tmp_path):
     assert not raw[-1].any()                                              # the zero tail
 
 
-def test_raw_q8_path_and_split_path_give_the_same_file(twins, tmp_path, monkeypatch):
-    """Q8_0 sources handing out their stored bytes (q8_raw_rows) and sources giving
-    only ints and scales (q8_rows) pack to the same bytes, also mixed."""
+def test_file_raw_and_split_paths_give_the_same_file(twins, tmp_path, monkeypatch):
+    """Q8_0 sources read straight from their files (q8_file_span), handing out their
+    stored bytes (q8_raw_rows) or only ints and scales (q8_rows) pack to the same
+    bytes, also mixed, in both modes."""
     a, b, _, _ = twins
     from pti_cli.sources import checkpoint
     real_open = checkpoint.open_checkpoint
-    raw_calls = []
+    calls = {"span": 0, "raw": 0}
 
-    def opener(split: set):
+    def opener(how: dict):
         def open_(path):
             ck = real_open(path)
+            kind = how[Path(path).name]
             for src in ck.tensors.values():
-                if Path(path).name in split:
-                    src.q8_raw_rows = lambda r0, r1: None          # no stored bytes on offer
-                else:
-                    real = src.q8_raw_rows
-                    src.q8_raw_rows = lambda r0, r1, real=real: raw_calls.append(1) or real(r0, r1)
+                real_span, real_raw = src.q8_file_span, src.q8_raw_rows
+                src.q8_file_span = (lambda real=real_span: calls.__setitem__("span", calls["span"] + 1) or real()) \
+                    if kind == "span" else (lambda: None)
+                src.q8_raw_rows = (lambda r0, r1, real=real_raw: calls.__setitem__("raw", calls["raw"] + 1) or real(r0, r1)) \
+                    if kind == "raw" else (lambda r0, r1: None)
             return ck
         return open_
 
     outs = {}
-    for split in ({"a.gguf", "b.gguf"}, set(), {"b.gguf"}):
-        monkeypatch.setattr(checkpoint, "open_checkpoint", opener(split))
+    for how in ({"a.gguf": "span", "b.gguf": "span"}, {"a.gguf": "raw", "b.gguf": "raw"},
+                {"a.gguf": "split", "b.gguf": "split"}, {"a.gguf": "span", "b.gguf": "split"},
+                {"a.gguf": "raw", "b.gguf": "span"}):
+        monkeypatch.setattr(checkpoint, "open_checkpoint", opener(how))
         for args in ((a, b), (a, None)):
-            out = tmp_path / f"{len(split)}-{len(args[1:]) if args[1] else 0}.ssq"
+            out = tmp_path / f"{len(outs.get(args[1] is None, []))}-{args[1] is None}.ssq"
             pack(*args, out)
             outs.setdefault(args[1] is None, []).append(out.read_bytes())
-    assert raw_calls
+    assert calls["span"] and calls["raw"]
     for files in outs.values():
-        assert files[0] == files[1] == files[2]
+        assert all(f == files[0] for f in files[1:])
+    f = SSQFile(tmp_path / "0-False.ssq")          # and the common bytes are right
+    for name in f.tensor_names:
+        if f.is_matrix(name):
+            assert np.array_equal(F.pack_q8(*f.q8(name, 1)), gguf_tensor_q8_bytes(b, name))
+
+
+def _crossing_copy_file_range(real, fail_after: int):
+    """os.copy_file_range that copies at most 100 bytes per call, then refuses
+    (EXDEV, as between file systems) from its fail_after-th call on."""
+    calls = []
+
+    def copy(src, dst, count, offset_src=None, offset_dst=None):
+        calls.append(count)
+        if len(calls) > fail_after:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real(src, dst, min(count, 100), offset_src, offset_dst)
+    return copy, calls
+
+
+def test_kernel_copy_and_user_space_fallback_give_the_same_file(twins, tmp_path, monkeypatch):
+    """Mode 8 of Q8_0 files: copy_file_range, the user-space copy it falls back to
+    (refused at once, refused part-way through a tensor, or absent) and the row
+    path through the source all write the same bytes; other errors propagate."""
+    from pti_cli.ssq import write as write_mod
+    a, _, wa, _ = twins
+    real = os.copy_file_range
+    used = []
+    monkeypatch.setattr(write_mod.os, "copy_file_range", lambda *args: used.append(1) or real(*args))
+    pack(a, None, tmp_path / "kernel.ssq")
+    assert len(used) >= sum(x.ndim == 2 for x in wa.values())      # one call or more per matrix
+    outs = {"kernel": (tmp_path / "kernel.ssq").read_bytes()}
+    for name, fail_after in (("refused", 0), ("part-way", 3)):
+        copy, calls = _crossing_copy_file_range(real, fail_after)
+        monkeypatch.setattr(write_mod.os, "copy_file_range", copy)
+        pack(a, None, tmp_path / f"{name}.ssq")
+        assert len(calls) > fail_after
+        outs[name] = (tmp_path / f"{name}.ssq").read_bytes()
+    monkeypatch.delattr(write_mod.os, "copy_file_range")
+    pack(a, None, tmp_path / "absent.ssq")
+    outs["absent"] = (tmp_path / "absent.ssq").read_bytes()
+    monkeypatch.setattr(pack_mod, "_file_span", lambda src, nbytes: None)
+    pack(a, None, tmp_path / "rows.ssq")
+    outs["rows"] = (tmp_path / "rows.ssq").read_bytes()
+    assert all(v == outs["rows"] for v in outs.values()), [k for k, v in outs.items() if v != outs["rows"]]
+    r = gguf.GGUFReader(tmp_path / "part-way.ssq")
+    for t in r.tensors:
+        if t.name in wa and wa[t.name].ndim == 2:
+            assert np.array_equal(np.asarray(t.data), gguf_tensor_q8_bytes(a, t.name)), t.name
+
+
+def test_kernel_copy_error_other_than_refusal_fails_cleanly(twins, tmp_path, monkeypatch):
+    """copy_file_range failing for a real reason (disk full) is not retried in user
+    space: the clear error, and nothing left behind."""
+    from pti_cli.ssq import write as write_mod
+    a, _, _, _ = twins
+
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(write_mod.os, "copy_file_range", no_space, raising=False)
+    monkeypatch.setattr(write_mod.os, "preadv", lambda *args: pytest.fail("fell back to user space"))
+    out = tmp_path / "t.ssq"
+    with pytest.raises(PtiError, match="No space left"):
+        pack(a, None, out)
+    assert not out.exists() and _leftovers(tmp_path) == []
+
+
+def test_source_file_shrinking_while_packing(twins, tmp_path, monkeypatch):
+    """A source whose file ends early under the direct reads (changed on disk while
+    packing) gives the clear error and no output, in both modes."""
+    from pti_cli.ssq import write as write_mod
+    a, b, _, _ = twins
+    for args in ((a, b), (a, None)):
+        real_preadv, calls = os.preadv, []
+
+        def short(fd, buffers, offset):
+            calls.append(1)
+            return 0 if len(calls) > 2 else real_preadv(fd, buffers, offset)
+        monkeypatch.setattr(write_mod.os, "preadv", short)
+        monkeypatch.setattr(write_mod.os, "copy_file_range", lambda *x: 0, raising=False)   # EOF at once too
+        out = tmp_path / "t.ssq"
+        with pytest.raises(PtiError, match="file ended at byte .* while packing"):
+            pack(*args, out)
+        assert not out.exists() and _leftovers(tmp_path) == []
+        monkeypatch.undo()

@@ -4,12 +4,20 @@ gguf-py's GGUFWriter writes the header, the key/values and the tensor infos
 (it computes every tensor's aligned offset from the byte counts we declare);
 the data section we then write ourselves, tensor by tensor and each tensor in
 row chunks, with GGUF's alignment padding between tensors, so no tensor is
-ever held whole in memory.  The file is written to a temporary name beside
-the output and renamed at the end; on any error or Ctrl-C it is removed.
+ever held whole in memory.  A tensor whose bytes already lie in a source file
+(a Q8_0 matrix packed as Q8_0) is copied file to file by the kernel
+(os.copy_file_range), or through one reused buffer where the kernel cannot.
+The file is written to a temporary name beside the output and renamed at the
+end; on any error or Ctrl-C it is removed.
+
+Every write() from user memory is cut into WRITE_PIECE bytes: on this project's
+VM a single large write() made the kernel allocate large page-cache folios, and
+filling those ran 10-30x slower than 128 KiB writes (docs/perf.md, ssq/pack).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import struct
@@ -25,6 +33,19 @@ from gguf.constants import GGUF_DEFAULT_ALIGNMENT
 from ..errors import PtiError
 
 CHUNK_BYTES = 32 << 20       # target working set of one row chunk (output bytes)
+WRITE_PIECE = 128 << 10      # bytes per write() from user memory (see the module docstring)
+COPY_STEP = 64 << 20         # bytes per copy_file_range call (one progress update each)
+READ_STEP = 4 << 20          # bytes per read of the user-space fallback copy
+# copy_file_range errors that mean "not between these files": copy through user space instead
+NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF}
+
+
+@dataclass
+class FileSpan:
+    """Bytes of a source file that the output stores unchanged."""
+    path: Path
+    offset: int
+    nbytes: int
 
 
 @dataclass
@@ -36,8 +57,10 @@ class TensorPlan:
     raw_dtype: GGMLQuantizationType | None
     rows: int                                 # produced in chunks of rows
     row_bytes: int
-    fill: Callable[[int, int], np.ndarray]    # rows [start, stop) -> array of (stop-start)*row_bytes bytes
+    fill: Callable[[int, int], np.ndarray]    # rows [start, stop) -> array of (stop-start)*row_bytes bytes,
+                                              # valid until the next fill() call (producers may reuse buffers)
     chunk_rows: int = 0                       # rows per fill() call; 0: about CHUNK_BYTES of output
+    span: FileSpan | None = None              # the tensor's bytes as they lie in a source file: copied file to file
 
     def __post_init__(self):
         if self.chunk_rows <= 0:
@@ -77,10 +100,76 @@ def check_free_space(folder: Path, need: int) -> None:
                        f"{free / 1e9:.2f} GB free")
 
 
+class SourceFiles:
+    """Source files opened once for a pack and read at explicit offsets (os.preadv
+    into the caller's buffer: no mapping, no page faults, no RSS growth)."""
+
+    def __init__(self):
+        self._fds: dict[Path, int] = {}
+
+    def fd(self, path: Path) -> int:
+        if path not in self._fds:
+            self._fds[path] = os.open(path, os.O_RDONLY)
+        return self._fds[path]
+
+    def read_into(self, path: Path, offset: int, out: memoryview) -> None:
+        """Fill `out` with the bytes of `path` from `offset` (PtiError if the file is shorter)."""
+        fd, done = self.fd(path), 0
+        while done < len(out):
+            got = os.preadv(fd, [out[done:]], offset + done)
+            if got == 0:
+                raise PtiError(f"{path}: file ended at byte {offset + done} while packing (changed on disk?)")
+            done += got
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> "SourceFiles":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    """Write all of `data` at `offset`, WRITE_PIECE bytes per call."""
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:done + WRITE_PIECE], offset + done)
+
+
+def copy_span(files: SourceFiles, span: FileSpan, out_fd: int, out_offset: int, buf: bytearray,
+              on_bytes: Callable[[int], None]) -> None:
+    """Copy span's bytes to out_fd at out_offset: os.copy_file_range (in the kernel;
+    a reflink on file systems that share extents), or, when the kernel refuses
+    (NO_KERNEL_COPY), through `buf` from where it stopped."""
+    src_fd, done, kernel = files.fd(span.path), 0, hasattr(os, "copy_file_range")
+    view = memoryview(buf)
+    while done < span.nbytes:
+        want = span.nbytes - done
+        if kernel:
+            try:
+                got = os.copy_file_range(src_fd, out_fd, min(want, COPY_STEP), span.offset + done, out_offset + done)
+            except OSError as e:
+                if e.errno not in NO_KERNEL_COPY:
+                    raise
+                kernel = False
+                continue
+        else:
+            got = os.preadv(src_fd, [view[:min(want, len(view))]], span.offset + done)
+            pwrite_all(out_fd, view[:got], out_offset + done)
+        if got == 0:
+            raise PtiError(f"{span.path}: file ended at byte {span.offset + done} while packing (changed on disk?)")
+        done += got
+        on_bytes(got)
+
+
 def write_ssq_gguf(path: Path, arch: str, kvs: list[KeyValue], tensors: list[TensorPlan],
                    on_bytes: Callable[[int], None] = lambda n: None) -> int:
-    """Write one GGUF v3 file: kvs as given, tensors streamed through their fill().
-    Returns the offset of the data section (the header's length)."""
+    """Write one GGUF v3 file: kvs as given, tensors copied from their span or
+    streamed through their fill().  Returns the offset of the data section."""
     w = GGUFWriter(path, arch)
     for key, val, vtype, sub in kvs:
         w.add_key_value(key, val, vtype, sub)
@@ -92,22 +181,40 @@ def write_ssq_gguf(path: Path, arch: str, kvs: list[KeyValue], tensors: list[Ten
         w.write_ti_data_to_file()
         fout = w.fout[0]
         w.write_padding(fout, fout.tell())
-        data_offset = fout.tell()
-        for t in tensors:
-            start = fout.tell()
-            for r0 in range(0, t.rows, t.chunk_rows):
-                r1 = min(t.rows, r0 + t.chunk_rows)
-                chunk = np.ascontiguousarray(t.fill(r0, r1))
-                if chunk.nbytes != (r1 - r0) * t.row_bytes:
-                    raise AssertionError(f"{t.name}: chunk of {chunk.nbytes} bytes, expected {(r1 - r0) * t.row_bytes}")
-                fout.write(memoryview(chunk.reshape(-1).view(np.uint8)))
-                on_bytes(chunk.nbytes)
-            assert fout.tell() - start == t.nbytes, t.name
-            w.write_padding(fout, t.nbytes)
-        fout.flush()    # no fsync: atomicity against errors and Ctrl-C comes from the rename
+        fout.flush()
+        data_offset = pos = fout.tell()
+        fd = fout.fileno()           # the data section: explicit offsets on the descriptor
+        buf = bytearray(READ_STEP)   # the fallback copy's one buffer
+        with SourceFiles() as files:
+            for t in tensors:
+                if t.span is not None:
+                    if t.span.nbytes != t.nbytes:
+                        raise AssertionError(f"{t.name}: span of {t.span.nbytes} bytes, expected {t.nbytes}")
+                    copy_span(files, t.span, fd, pos, buf, on_bytes)
+                else:
+                    _write_rows(t, fd, pos, on_bytes)
+                pad = _pad(t.nbytes, w.data_alignment) - t.nbytes
+                if pad:
+                    pwrite_all(fd, memoryview(bytes(pad)), pos + t.nbytes)
+                pos += t.nbytes + pad
+        os.lseek(fd, pos, os.SEEK_SET)   # the writer's own position, should it write again
     finally:
-        w.close()
+        w.close()                        # no fsync: atomicity against errors and Ctrl-C comes from the rename
     return data_offset
+
+
+def _write_rows(t: TensorPlan, fd: int, pos: int, on_bytes: Callable[[int], None]) -> None:
+    """One tensor through its fill(), in row chunks, at file offset pos."""
+    start = pos
+    for r0 in range(0, t.rows, t.chunk_rows):
+        r1 = min(t.rows, r0 + t.chunk_rows)
+        chunk = np.ascontiguousarray(t.fill(r0, r1))
+        if chunk.nbytes != (r1 - r0) * t.row_bytes:
+            raise AssertionError(f"{t.name}: chunk of {chunk.nbytes} bytes, expected {(r1 - r0) * t.row_bytes}")
+        pwrite_all(fd, memoryview(chunk.reshape(-1).view(np.uint8)), pos)
+        pos += chunk.nbytes
+        on_bytes(chunk.nbytes)
+    assert pos - start == t.nbytes, t.name
 
 
 def patch_string_array(path: Path, header_len: int, key: str, values: list[str]) -> None:
@@ -148,6 +255,25 @@ def check_output(out: Path, force: bool) -> Path:
     return folder
 
 
+def drop_cached_pages(path: Path) -> None:
+    """Drop the page cache of a file about to be replaced (its bytes on disk stay,
+    so the replacement remains atomic).  Those pages are garbage once the rename
+    lands; freed now, the new file's pages reuse them.  On this project's VM, page
+    cache that reuses just-freed memory filled 10-20x faster than memory the host
+    had taken back (docs/perf.md, ssq/pack); `cp` over a file gets the same reuse
+    from truncating it.  Best effort: any error is ignored."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (OSError, AttributeError):
+        pass
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def atomic_output(out: Path, force: bool) -> Iterator[Path]:
     """Yield a temporary path beside `out`; rename it to `out` if the body succeeds,
@@ -159,6 +285,7 @@ def atomic_output(out: Path, force: bool) -> Iterator[Path]:
             tmp.touch()
         except OSError as e:
             raise PtiError(f"cannot write in output folder {folder}: {e.strerror or e}") from None
+        drop_cached_pages(Path(out))
         yield tmp
         os.replace(tmp, out)
     except BaseException:
