@@ -32,11 +32,11 @@ TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 # (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md).  Twins with more than 8
 # rows go as two one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
 TC_VARIANTS = {
-    1: ((8, "t1_r1_m1_u8"), (16, "t1_r1_m2_u4"), (32, "t1_r1_m4_u2"), (64, "t1_r2_m8_u1")),
+    1: ((8, "t1_r1_m1_u8"), (16, "t1_r1_m2_u4"), (32, "t1_r1_m4_u2"), (64, "t1_r1_m8_u1")),
     2: ((8, "t2_r1_m1_u4"),),
 }
-EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r1_m2_u6", "t1_r1_m2_u8",
-                  "t1_r1_m4_u4", "t1_r1_m8_u1", "t2_r1_m2_u4")
+EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
+                  "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4")
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
