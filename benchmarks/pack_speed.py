@@ -9,11 +9,12 @@ two-twin case), then times, alternating, best of --repeat:
   pack2  `pti pack A B -o out.ssq`               (two twins: SSQ16 interleave)
 The pack times are of the `pti` command in a subprocess (start-up, hashing and
 header included).  Every case replaces its own output of the previous round
-(the same number of bytes), as `cp` and `pti pack --force` do when run again.  Each timing starts after os.sync(); it is reported twice:
+(the same number of bytes), as `cp` and `pti pack --force` do when run again.
+Each timing starts after os.sync(); it is reported twice:
 page cache (the command alone) and durable (the command plus os.sync() of
 what it wrote).  Target: pack speed >= 0.5x copy speed.
 
-    python benchmarks/pack_speed.py [--dir /tmp/pti-bench] [--layers 5] [--repeat 2]
+    python benchmarks/pack_speed.py [--dir /tmp/pti-bench] [--layers 5] [--repeat 2] [--pti PATH]
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/pti-bench")
     ap.add_argument("--layers", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--pti", default=str(Path(sys.executable).with_name("pti")), help="the pti command to time")
     args = ap.parse_args()
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -118,7 +120,7 @@ def main() -> None:
     for p, seed in ((a, 1), (b, 2)):
         if not p.exists():
             write_q8_gguf(p, args.layers, seed)
-    pti = str(Path(sys.executable).with_name("pti"))
+    pti = args.pti
     # Every case replaces its own result of the previous round (the same bytes):
     # copies truncate their target, pack renames over its own output.  (One output
     # shared by pack A and pack A B made pack A B replace a file half its size.)

@@ -116,21 +116,24 @@ def interleave_q8_into(raw_a: np.ndarray, raw_b: np.ndarray, out: np.ndarray) ->
 
 
 class _Scratch:
-    """Row-chunk buffers reused by every chunk and tensor (grown when needed)."""
+    """Row-chunk buffers reused by every chunk and tensor (grown when needed), one
+    set per thread: the writer runs thread-safe fills on worker threads."""
 
     def __init__(self):
-        self._bufs: dict[str, np.ndarray] = {}
+        self._local = threading.local()
 
     def get(self, role: str, nbytes: int) -> np.ndarray:
-        buf = self._bufs.get(role)
+        bufs = self._local.__dict__.setdefault("bufs", {})
+        buf = bufs.get(role)
         if buf is None or buf.nbytes < nbytes:
-            buf = self._bufs[role] = np.empty(nbytes, np.uint8)
+            buf = bufs[role] = np.empty(nbytes, np.uint8)
         return buf[:nbytes]
 
 
 def _ssq16_from_files(files: SourceFiles, scratch: _Scratch, span_a: FileSpan, span_b: FileSpan, k: int):
     """fill(r0, r1) of a mode-16 matrix whose twins are Q8_0 files: preadv both
-    twins' rows, interleave into the reused output buffer (valid until the next fill)."""
+    twins' rows, interleave into this thread's reused output buffer (valid until
+    the thread's next fill).  Thread-safe: explicit offsets, per-thread buffers."""
     rb = F.q8_row_bytes(k)
 
     def fill(r0: int, r1: int) -> np.ndarray:
@@ -182,12 +185,14 @@ def plan_tensors(a, b, files: SourceFiles | None = None) -> list[TensorPlan]:
         else:
             sb = b.tensors[name]
             span_a, span_b = _file_span(sa, rows * F.q8_row_bytes(k)), _file_span(sb, rows * F.q8_row_bytes(k))
-            if files is not None and span_a is not None and span_b is not None:
+            direct = files is not None and span_a is not None and span_b is not None
+            if direct:
                 fill = _ssq16_from_files(files, scratch, span_a, span_b, k)
             else:
                 fill = lambda r0, r1, sa=sa, sb=sb: _ssq16_bytes(sa, sb, r0, r1)
             plans.append(TensorPlan(name, (rows, F.ssq16_row_bytes(k)), np.int8, None,
-                                    rows=rows, row_bytes=F.ssq16_row_bytes(k), chunk_rows=chunk, fill=fill))
+                                    rows=rows, row_bytes=F.ssq16_row_bytes(k), chunk_rows=chunk, fill=fill,
+                                    threadsafe=direct))
     return plans
 
 
