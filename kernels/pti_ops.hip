@@ -29,7 +29,8 @@
 #endif
 
 #define ATTN_CHUNK 64
-#define MAX_G 8
+#define MAX_G 8        // query heads per KV head; kernels are instantiated for NG = 1, 2, 4, 8 >= G
+#define ATTN_THREADS 256
 #define NEG_INF __int_as_float(0xff800000)
 
 typedef unsigned short bf16_t;
@@ -169,14 +170,14 @@ INSTANTIATE(float, f32)
 // Scores of the chunk's nt keys for G heads into sc, then per head: max into mx,
 // exp(score - max) into sc, their sum into sm.  Each (key, head) dot product is
 // one warp's fixed shuffle tree; softmax reductions are fixed trees too.
-template <int HD>
+template <int HD, int NG>
 __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], float (*sc)[ATTN_CHUNK],
                                             float* mx, float* sm, int nt, int G) {
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
     constexpr int PER = HD / WARP;
-    float q[MAX_G][PER];   // this lane's slice of every head's query, loaded once
+    float q[NG][PER];   // this lane's slice of every head's query, loaded once
 #pragma unroll
-    for (int g = 0; g < MAX_G; g++)
+    for (int g = 0; g < NG; g++)
 #pragma unroll
         for (int j = 0; j < PER; j++) q[g][j] = g < G ? qs[g][lane * PER + j] : 0.f;
     for (int t = w; t < nt; t += nw) {
@@ -189,24 +190,22 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
 #pragma unroll
             for (int j = 0; j < PER; j++) k[j] = bf2f(ks[t * HD + lane * PER + j]);
         }
-        float s[MAX_G];
+        float s[NG];
 #pragma unroll
-        for (int g = 0; g < MAX_G; g++) {
+        for (int g = 0; g < NG; g++) {
             s[g] = 0.f;
-            if (g < G) {
 #pragma unroll
-                for (int j = 0; j < PER; j++) s[g] += q[g][j] * k[j];
-            }
+            for (int j = 0; j < PER; j++) s[g] += q[g][j] * k[j];
         }
 #pragma unroll
         for (int m = WARP / 2; m > 0; m >>= 1) {
 #pragma unroll
-            for (int g = 0; g < MAX_G; g++) s[g] += SHFL_XOR(s[g], m);
+            for (int g = 0; g < NG; g++) s[g] += SHFL_XOR(s[g], m);
         }
         if (lane < G) {
             float mine = s[0];
 #pragma unroll
-            for (int g = 1; g < MAX_G; g++) if (lane == g) mine = s[g];
+            for (int g = 1; g < NG; g++) if (lane == g) mine = s[g];
             sc[lane][t] = mine;
         }
     }
@@ -223,6 +222,21 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
     __syncthreads();
 }
 
+// Un-normalised output of the chunk, (head g, dim d) per item, items spread over the
+// block's threads; each item sums its keys in key order (the same bits however many
+// threads share the items).
+template <int HD, int NG>
+__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK], int nt, int G, float* part_acc,
+                                        long row_head0, int n_chunks, int c) {
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const int g = i / HD, d = i % HD;
+        float acc = 0.f;
+#pragma unroll 4
+        for (int t = 0; t < nt; t++) acc += sc[g][t] * bf2f(vs[t * HD + d]);
+        part_acc[((row_head0 + g) * n_chunks + c) * HD + d] = acc;
+    }
+}
+
 // Attention, step 1: one block per (chunk, kv head, row).  The block scores the
 // row's G = H / Hk query heads against the chunk's keys (positions <= the row's
 // own: causal among the pass's new rows too, since their keys are already in
@@ -234,16 +248,16 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
 // counters != 0 (the fused form): the last block of a (row, kv head) to finish,
 // found with an atomic counter, combines the chunks itself, in chunk order, and
 // resets the counter for the next pass.
-template <int HD>
+template <int HD, int NG>
 __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* pos,
                              const int* slot, float* part_acc, float* part_ml, int H, int Hk, int ctx1,
                              int n_chunks, float scale, int* counters, bf16_t* out) {
     PDL_ENTRY();
     __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * HD];
     __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
-    __shared__ float qs[MAX_G][HD];
-    __shared__ float sc[MAX_G][ATTN_CHUNK];
-    __shared__ float mx[MAX_G], sm[MAX_G];
+    __shared__ float qs[NG][HD];
+    __shared__ float sc[NG][ATTN_CHUNK];
+    __shared__ float mx[NG], sm[NG];
     int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, p = pos[m];
     int G = H / Hk;
     int t0 = c * ATTN_CHUNK;
@@ -258,30 +272,15 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     constexpr int N4 = ATTN_CHUNK * HD / 8;   // 16-byte words per tile
     int n4 = nt * HD / 8;
 #pragma unroll
-    for (int j = 0; j < N4 / 128; j++) {
-        int i = threadIdx.x + j * 128;
+    for (int j = 0; j < N4 / ATTN_THREADS; j++) {
+        int i = threadIdx.x + j * ATTN_THREADS;
         if (i < n4) { ((uint4*)ks)[i] = k4[i]; ((uint4*)vs)[i] = v4[i]; }
     }
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
         qs[i / HD][i % HD] = bf2f(q[((long)m * H + kh * G) * HD + i]) * scale;
     __syncthreads();
-    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    constexpr int PER = HD / WARP;
-    attn_scores<HD>(ks, qs, sc, mx, sm, nt, G);
-    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-        float acc[MAX_G];
-#pragma unroll
-        for (int g = 0; g < MAX_G; g++) acc[g] = 0.f;
-#pragma unroll 4
-        for (int t = 0; t < nt; t++) {
-            float v = bf2f(vs[t * HD + d]);
-#pragma unroll
-            for (int g = 0; g < MAX_G; g++) if (g < G) acc[g] += sc[g][t] * v;
-        }
-#pragma unroll
-        for (int g = 0; g < MAX_G; g++)
-            if (g < G) part_acc[(((long)m * H + kh * G + g) * n_chunks + c) * HD + d] = acc[g];
-    }
+    attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
+    attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
         part_ml[o] = mx[threadIdx.x];
@@ -405,37 +404,42 @@ __device__ void attn_combine(const float* part_acc, const float* part_ml, const 
     }
 }
 
-#define INSTANTIATE_ATTN(HD)                                                                            \
-extern "C" __global__ void attn_partial_##HD(const bf16_t* q, const bf16_t* kc, const bf16_t* vc,        \
-        const int* pos, const int* slot, float* pa, float* pml, int H, int Hk, int ctx1, int nch,      \
-        float scale) { attn_partial<HD>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, 0, 0); } \
-extern "C" __global__ void attn_fused_##HD(const bf16_t* q, const bf16_t* kc, const bf16_t* vc,          \
-        const int* pos, const int* slot, float* pa, float* pml, int H, int Hk, int ctx1, int nch,      \
-        float scale, int* counters, bf16_t* out) {                                                     \
-    attn_partial<HD>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, counters, out); }         \
+#define INSTANTIATE_ATTN(HD, NG)                                                                        \
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_partial_##HD##_g##NG(const bf16_t* q,      \
+        const bf16_t* kc, const bf16_t* vc, const int* pos, const int* slot, float* pa, float* pml, int H,   \
+        int Hk, int ctx1, int nch, float scale) {                                                          \
+    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, 0, 0); }                   \
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_fused_##HD##_g##NG(const bf16_t* q,        \
+        const bf16_t* kc, const bf16_t* vc, const int* pos, const int* slot, float* pa, float* pml, int H,   \
+        int Hk, int ctx1, int nch, float scale, int* counters, bf16_t* out) {                              \
+    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, counters, out); }
+#define INSTANTIATE_COMBINE(HD)                                                                         \
 extern "C" __global__ void attn_combine_##HD(const float* pa, const float* pml, const int* pos,         \
         bf16_t* out, int H, int nch) { attn_combine<HD>(pa, pml, pos, out, H, nch); }
 
-INSTANTIATE_ATTN(64)
-INSTANTIATE_ATTN(128)
+INSTANTIATE_COMBINE(64)
+INSTANTIATE_COMBINE(128)
+#define INSTANTIATE_ATTN_G(HD) INSTANTIATE_ATTN(HD, 1) INSTANTIATE_ATTN(HD, 2) INSTANTIATE_ATTN(HD, 4) INSTANTIATE_ATTN(HD, 8)
+INSTANTIATE_ATTN_G(64)
+INSTANTIATE_ATTN_G(128)
 
 // RoPE + KV write + attention in one launch (qkv straight from the matmul).
-// grid (chunks, kv heads, rows), 128 threads.  Rows of one sequence are P
+// grid (chunks, kv heads, rows), ATTN_THREADS threads.  Rows of one sequence are P
 // consecutive rows with consecutive positions, so the sequence's first new
 // position is p - m % P.  Keys/values of positions before it come from the
 // cache; those of this pass are computed here from qkv (the same rounding for
 // every block that needs them), and the block whose chunk holds the row's own
 // position writes that position's K and V into the cache for later passes.
-template <int HD, typename T>
+template <int HD, int NG, typename T>
 __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const float* cos_t, const float* sin_t,
                           bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, int* counters, bf16_t* out,
                           int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox) {
     PDL_ENTRY();
     __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * HD];
     __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
-    __shared__ float qs[MAX_G][HD];
-    __shared__ float sc[MAX_G][ATTN_CHUNK];
-    __shared__ float mx[MAX_G], sm[MAX_G];
+    __shared__ float qs[NG][HD];
+    __shared__ float sc[NG][ATTN_CHUNK];
+    __shared__ float mx[NG], sm[NG];
     __shared__ int last;
     const int half = HD / 2;
     int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, p = pos[m];
@@ -454,8 +458,8 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
     constexpr int N4 = ATTN_CHUNK * HD / 8;
     int n4 = n_old * HD / 8;
 #pragma unroll
-    for (int j = 0; j < N4 / 128; j++) {
-        int i = threadIdx.x + j * 128;
+    for (int j = 0; j < N4 / ATTN_THREADS; j++) {
+        int i = threadIdx.x + j * ATTN_THREADS;
         if (i < n4) { ((uint4*)ks)[i] = k4[i]; ((uint4*)vs)[i] = v4[i]; }
     }
     // this pass's keys (rotated) and values, from qkv rows m - (p - t)
@@ -487,23 +491,8 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
             kc[kv0 + (long)(p - t0) * HD + d] = ks[(p - t0) * HD + d];
             vc[kv0 + (long)(p - t0) * HD + d] = vs[(p - t0) * HD + d];
         }
-    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    constexpr int PER = HD / WARP;
-    attn_scores<HD>(ks, qs, sc, mx, sm, nt, G);
-    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-        float acc[MAX_G];
-#pragma unroll
-        for (int g = 0; g < MAX_G; g++) acc[g] = 0.f;
-#pragma unroll 4
-        for (int t = 0; t < nt; t++) {
-            float v = bf2f(vs[t * HD + d]);
-#pragma unroll
-            for (int g = 0; g < MAX_G; g++) if (g < G) acc[g] += sc[g][t] * v;
-        }
-#pragma unroll
-        for (int g = 0; g < MAX_G; g++)
-            if (g < G) part_acc[(((long)m * H + kh * G + g) * n_chunks + c) * HD + d] = acc[g];
-    }
+    attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
+    attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
         part_ml[o] = mx[threadIdx.x];
@@ -523,16 +512,18 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
     attn_combine_heads<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, (float*)ks);
 }
 
-#define INSTANTIATE_ATTN_ROPE(HD, T, SUF)                                                               \
-extern "C" __global__ void attn_rope_##HD##_##SUF(const T* qkv, const int* pos, const int* slot,        \
-        const float* c, const float* s, bf16_t* kc, bf16_t* vc, float* pa, float* pml, int* counters,   \
-        bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox) {                  \
-    attn_rope<HD, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, out, H, Hk, ctx1, nch, scale, P, neox); }
-
-INSTANTIATE_ATTN_ROPE(64, bf16_t, bf16)
-INSTANTIATE_ATTN_ROPE(128, bf16_t, bf16)
-INSTANTIATE_ATTN_ROPE(64, float, f32)
-INSTANTIATE_ATTN_ROPE(128, float, f32)
+#define INSTANTIATE_ATTN_ROPE(HD, NG, T, SUF)                                                           \
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_rope_##HD##_g##NG##_##SUF(const T* qkv,    \
+        const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, float* pa, \
+        float* pml, int* counters, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P,       \
+        int neox) {                                                                                        \
+    attn_rope<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, out, H, Hk, ctx1, nch, scale, P, neox); }
+#define INSTANTIATE_ATTN_ROPE_G(HD, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 1, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 2, T, SUF) \
+    INSTANTIATE_ATTN_ROPE(HD, 4, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 8, T, SUF)
+INSTANTIATE_ATTN_ROPE_G(64, bf16_t, bf16)
+INSTANTIATE_ATTN_ROPE_G(128, bf16_t, bf16)
+INSTANTIATE_ATTN_ROPE_G(64, float, f32)
+INSTANTIATE_ATTN_ROPE_G(128, float, f32)
 
 // Streaming read of n 16-byte words: the bandwidth denominator of `pti bench`.
 extern "C" __global__ void stream_read(const uint4* p, long n, unsigned* sink) {

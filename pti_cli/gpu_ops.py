@@ -54,10 +54,12 @@ class _Module:
         launch_kernel(self.driver, self.fn[name], grid, block, 0, stream, (vals, types), self.pdl, f"launch of {name}")
 
 
-KERNELS = ["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16",
-           "silu_mul_f32", "attn_partial_64", "attn_partial_128", "attn_combine_64", "attn_combine_128",
-           "attn_fused_64", "attn_fused_128", "attn_rope_64_bf16", "attn_rope_128_bf16", "attn_rope_64_f32",
-           "attn_rope_128_f32", "stream_read"]
+GROUPS = (1, 2, 4, 8)     # attention kernels are instantiated for these query heads per KV head (>= the model's)
+ATTN_THREADS = 256       # kernels/pti_ops.hip ATTN_THREADS
+KERNELS = (["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16", "silu_mul_f32",
+            "attn_combine_64", "attn_combine_128", "stream_read"]
+           + [f"attn_{k}_{hd}_g{g}" for k in ("partial", "fused") for hd in (64, 128) for g in GROUPS]
+           + [f"attn_rope_{hd}_g{g}_{t}" for hd in (64, 128) for g in GROUPS for t in ("bf16", "f32")])
 
 
 def _suffix(t: torch.Tensor) -> str:
@@ -107,8 +109,9 @@ class CudaOps:
     def attention(self, m, q: torch.Tensor, pos, slot, layer: int, S: int, Pr: int) -> torch.Tensor:
         sh, M = m.shape, q.shape[0]
         hd, H = sh.head_dim, sh.n_heads
-        if hd not in (64, 128) or H // sh.n_kv_heads > 8:
+        if hd not in (64, 128) or H // sh.n_kv_heads > GROUPS[-1]:
             raise PtiError(f"the attention kernel takes head size 64 or 128 and <= 8 query heads per KV head")
+        ng = next(g for g in GROUPS if g >= H // sh.n_kv_heads)
         nch = math.ceil((m.max_ctx + 1) / ATTN_CHUNK)
         acc = torch.empty(M * H * nch * hd, dtype=torch.float32, device=q.device)
         ml = torch.empty(M * H * nch * 2, dtype=torch.float32, device=q.device)
@@ -120,17 +123,17 @@ class CudaOps:
                 self._old.append(self.counters)
                 self.counters = torch.zeros(M * sh.n_kv_heads, dtype=torch.int32, device=q.device)
         if self.fused_rope:   # q is the matmul's qkv
-            self.k.launch(f"attn_rope_{hd}_{_suffix(q)}", (nch, sh.n_kv_heads, M), (128,),
+            self.k.launch(f"attn_rope_{hd}_g{ng}_{_suffix(q)}", (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
                           [(q.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (m.kcache[layer], P),
                            (m.vcache[layer], P), (acc, P), (ml, P), (self.counters, P), (out, P), (H, I),
                            (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
                            (int(sh.rope_neox), I)])
             return out
         if self.fused_attention:
-            self.k.launch(f"attn_fused_{hd}", (nch, sh.n_kv_heads, M), (128,),
+            self.k.launch(f"attn_fused_{hd}_g{ng}", (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
                           args + [(self.counters, P), (out, P)])
             return out
-        self.k.launch(f"attn_partial_{hd}", (nch, sh.n_kv_heads, M), (128,),
+        self.k.launch(f"attn_partial_{hd}_g{ng}", (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
                       [(q, P), (m.kcache[layer], P), (m.vcache[layer], P), (pos, P), (slot, P), (acc, P),
                        (ml, P), (H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I),
                        (1.0 / math.sqrt(hd), F)])

@@ -140,3 +140,16 @@ def test_gpu_backends_refuse_cleanly_without_their_gpu():
     for cls in (CudaBackend, HipBackend):
         with pytest.raises(PtiError):
             cls()
+
+
+def test_ops_source_has_every_kernel_the_host_launches(tmp_path, monkeypatch):
+    """kernels/pti_ops.hip compiles (NVRTC, no GPU) with every name gpu_ops.py may launch,
+    without local memory."""
+    from pti_cli.backends.compile import cached_binary
+    from pti_cli.gpu_ops import KERNELS
+
+    monkeypatch.setenv("PTI_CACHE_DIR", str(tmp_path))
+    res = cached_binary("cuda", "sm_90", "pti_ops.hip").resources
+    assert set(KERNELS) <= set(res), sorted(set(KERNELS) - set(res))
+    for name, r in res.items():
+        assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, name
