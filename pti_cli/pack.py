@@ -30,7 +30,7 @@ from .errors import PtiError
 from .ssq import format as F
 from .ssq.quantise import quantize_q8_0
 from .ssq.write import (FileSpan, KeyValue, SourceFiles, TensorPlan, atomic_output, check_free_space, check_output,
-                        estimate_size, patch_string_array, write_ssq_gguf)
+                        drop_cached_pages, estimate_size, patch_string_array, write_ssq_gguf)
 
 ROW_CHUNK_WEIGHTS = 1 << 20      # weights per row chunk and twin (4 MB as f32): cache-sized chunks wrote 1.4x faster than 8M
 # Keys of twin A's metadata not copied: the writer sets the architecture, and
@@ -301,6 +301,8 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
     # files are that one file then; checked below).
     stop = threading.Event()
     hashers: list[_Hasher] = []
+    if force and Path(output).is_file():     # its cache is garbage once replaced: free it while we read
+        threading.Thread(target=drop_cached_pages, args=(Path(output),), daemon=True).start()
     try:
         if Path(a_path).is_file():
             hashers.append(_Hasher([Path(a_path)], stop))
