@@ -71,16 +71,18 @@ __device__ float block_sum(float v, float* red) {
     return s;
 }
 
-// x[m] += r[m] (when r); h[m] = bf16(x[m] * rsqrt(mean(x^2) + eps) * w).  grid: rows,
+// x[m] += r[m] (when r); h[m] = bf16(x[m] * rsqrt(mean(x^2) + eps) * w), w = wa for the first n_a
+// rows (twin A), wb for the rest.  grid: rows,
 // NORM_THREADS threads; each thread keeps its <= NORM_PER values in registers, so
 // every load is in flight at once (d <= NORM_THREADS * NORM_PER).
 #define NORM_THREADS 1024
 #define NORM_PER 6
 template <typename T>
-__device__ void add_rmsnorm(float* __restrict__ x, const T* __restrict__ r, const float* __restrict__ w,
-                            bf16_t* __restrict__ h, int d, float eps) {
+__device__ void add_rmsnorm(float* __restrict__ x, const T* __restrict__ r, const float* __restrict__ wa,
+                            const float* __restrict__ wb, int n_a, bf16_t* __restrict__ h, int d, float eps) {
     PDL_ENTRY();
     __shared__ float red[32];
+    const float* __restrict__ w = (int)blockIdx.x < n_a ? wa : wb;   // rows of twin A come first
     long base = (long)blockIdx.x * d;
     float v[NORM_PER], a[NORM_PER], g[NORM_PER];
     // every load first (restrict: the stores to x below cannot alias them), then the math
@@ -156,8 +158,8 @@ __device__ void silu_mul(const T* gu, bf16_t* out, int F, long total) {
 }
 
 #define INSTANTIATE(T, SUF)                                                                              \
-extern "C" __global__ void add_rmsnorm_##SUF(float* x, const T* r, const float* w, bf16_t* h, int d,       \
-                                             float eps) { add_rmsnorm<T>(x, r, w, h, d, eps); }           \
+extern "C" __global__ void add_rmsnorm_##SUF(float* x, const T* r, const float* wa, const float* wb,      \
+        int n_a, bf16_t* h, int d, float eps) { add_rmsnorm<T>(x, r, wa, wb, n_a, h, d, eps); }            \
 extern "C" __global__ void rope_kv_##SUF(const T* qkv, const int* pos, const int* slot, const float* c,    \
         const float* s, bf16_t* q, bf16_t* kc, bf16_t* vc, int H, int Hk, int hd, int ctx1, int neox) {   \
     rope_kv<T>(qkv, pos, slot, c, s, q, kc, vc, H, Hk, hd, ctx1, neox); }                                 \

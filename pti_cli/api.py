@@ -47,6 +47,16 @@ def default_ssq() -> Path:
     return out
 
 
+def fused_gpu_path(backend, config) -> bool:
+    """Whether `pti run` takes the fused GPU pass (gpu_model.py: graphs, pti_ops kernels): the CUDA
+    kernels backend and a llama-architecture model without biases or q/k norms; otherwise the
+    reference forward (model.py) with the backend's matmuls."""
+    from .backends.cuda import CudaBackend
+    return (isinstance(backend, CudaBackend) and not backend.generic and config.arch == "llama"
+            and not config.qkv_bias and not config.qk_norm and config.head_dim in (64, 128)
+            and config.n_heads // config.n_kv_heads <= 8)
+
+
 def twin_of(s: int, twins: str) -> int:
     return {"a": 0, "b": 1}.get(twins, s % 2)
 
@@ -129,9 +139,14 @@ class Pti:
         self.twins = twins
         self.config = ModelConfig.from_ssq(self.ssq)
         self.tokenizer = Tokenizer.from_metadata(self.ssq.metadata)
-        self.model = Model(self.ssq, load_backend(backend), twins=twins)
-        self._model_port = _ModelPort(self.model, self.config.context_length)
+        self.backend = load_backend(backend)
         self._tok_port = _TokenizerPort(self.tokenizer)
+        self.fused = fused_gpu_path(self.backend, self.config)
+        if self.fused:   # the GPU pass (gpu_model.py): built on the first engine, sized for its sequences
+            self.model, self._model_port = None, None
+        else:
+            self.model = Model(self.ssq, self.backend, twins=twins)
+            self._model_port = _ModelPort(self.model, self.config.context_length)
 
     @property
     def has_chat_template(self) -> bool:
@@ -172,8 +187,33 @@ class Pti:
 
     def engine(self, **opts) -> Engine:
         # the CPU reference computes rows in tiles: drafts are trimmed to fill, not open, a tile
-        opts.setdefault("row_quantum", getattr(self.model.backend, "tile_rows", 1))
-        return Engine(self._model_port, self._tok_port, engine_config(**opts))
+        opts.setdefault("row_quantum", getattr(self.backend, "tile_rows", 1))
+        cfg = engine_config(**opts)
+        if self.fused:
+            self._gpu_port(cfg.seqs)
+        return Engine(self._model_port, self._tok_port, cfg)
+
+    def _gpu_port(self, seqs: int) -> None:
+        """The fused GPU model with KV slots for `seqs` sequences (rebuilt only to grow)."""
+        if self._model_port is not None and self._model_port.model.max_seqs >= seqs:
+            return
+        import torch
+        from .gpu_model import EnginePort, load_ssq
+        from .gpu_ops import CudaOps
+        dev = self.backend.device
+        self.model = self._model_port = None
+        torch.cuda.empty_cache()
+        max_seqs = max(seqs, 4)
+        c = self.config
+        per_pos = c.n_layers * 2 * c.n_kv_heads * c.head_dim * 2           # bf16 K and V, every layer
+        free = torch.cuda.mem_get_info(dev)[0] - self.path.stat().st_size  # the weights go first
+        fit = int(0.5 * free) // (max_seqs * per_pos) - 1                   # half of what is left for the cache
+        if fit < 64:
+            raise PtiError(f"the GPU has room for {max(fit, 0)} positions per sequence at --seqs {max_seqs}: "
+                           f"use fewer sequences")
+        model = load_ssq(self.ssq, self.backend, dev, self.twins, max_seqs=max_seqs,
+                         max_ctx=min(c.context_length, fit), ops=CudaOps(dev))
+        self.model, self._model_port = model, EnginePort(model)
 
     def generate(self, prompts: str | Sequence[str | Prompt], *, chat: bool | None = None,
                  on_pass=None, **opts) -> list[Result]:

@@ -111,7 +111,7 @@ class LayerWeights:
 
 @dataclass
 class Weights:
-    embed: torch.Tensor          # [vocab, dim], activation dtype; a pass reads a few rows
+    embed: torch.Tensor          # [vocab, dim] or [2, vocab, dim] per twin, activation dtype; a pass reads a few rows
     layers: list[LayerWeights]
     out_norm: torch.Tensor
     output: Any
@@ -133,9 +133,14 @@ class TorchOps:
 
     name = "torch"
 
-    def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype) -> torch.Tensor:
+    def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype,
+                 n_a: int | None = None) -> torch.Tensor:
+        """w: [d], or [2, d] per twin (the first n_a rows are twin A's)."""
         if r is not None:
             x += r.float()
+        if w.dim() == 2:
+            n_a = x.shape[0] if n_a is None else n_a
+            w = torch.cat([w[0].expand(n_a, -1), w[1].expand(x.shape[0] - n_a, -1)])
         h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
         return h.to(dtype)
 
@@ -236,17 +241,18 @@ class GpuModel:
 
     # -- one forward over device vectors; S sequences x P rows, the first n_a_rows on twin A
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, S: int, P: int, n_a_rows: int):
-        sh, ops = self.shape, self.ops
-        x = self.w.embed[tokens.long()].float()
+        sh, ops, n_a = self.shape, self.ops, n_a_rows
+        ids, E = tokens.long(), self.w.embed
+        x = (E[ids] if E.dim() == 2 else torch.cat([E[0][ids[:n_a]], E[1][ids[n_a:]]])).float()
         r = None
         for i, lw in enumerate(self.w.layers):
-            h = ops.add_norm(x, r, lw.attn_norm, sh.eps, self.act_dtype)
-            q = ops.rope_kv(self, lw.wqkv(h, n_a_rows), pos, slot, i)
+            h = ops.add_norm(x, r, lw.attn_norm, sh.eps, self.act_dtype, n_a)
+            q = ops.rope_kv(self, lw.wqkv(h, n_a), pos, slot, i)
             a = ops.attention(self, q, pos, slot, i, S, P)
-            h = ops.add_norm(x, lw.wo(a, n_a_rows), lw.ffn_norm, sh.eps, self.act_dtype)
-            r = lw.wdown(ops.silu_mul(lw.wgu(h, n_a_rows), sh.ffn), n_a_rows)
-        h = ops.add_norm(x, r, self.w.out_norm, sh.eps, self.act_dtype)
-        return self.w.output(h, n_a_rows)
+            h = ops.add_norm(x, lw.wo(a, n_a), lw.ffn_norm, sh.eps, self.act_dtype, n_a)
+            r = lw.wdown(ops.silu_mul(lw.wgu(h, n_a), sh.ffn), n_a)
+        h = ops.add_norm(x, r, self.w.out_norm, sh.eps, self.act_dtype, n_a)
+        return self.w.output(h, n_a)
 
     # -- host side of one pass
     def _bucket_key(self, seqs: Sequence[SeqRows]) -> tuple[int, int, int]:
@@ -376,20 +382,22 @@ def load_ssq(ssq: Any, backend: Any, device: torch.device, twins: str = "a", *, 
     cfg = ModelConfig.from_ssq(ssq)
     if cfg.arch != "llama" or cfg.qkv_bias or cfg.qk_norm:
         raise PtiError(f"the fused GPU path runs the llama architecture; {cfg.arch} runs on --backend torch")
-    if twins == "ab" and not ssq.identical:
-        raise PtiError("the fused GPU path serves one twin of a file with distinct twins (--twins a or b)")
-    t = 1 if twins == "b" else 0
+    # the twins this model serves: both (distinct twins, rows of twin A first), or one
+    ts = (0, 1) if twins == "ab" and not ssq.identical else ((1,) if twins == "b" else (0,))
     shape = GpuShape(cfg.n_layers, cfg.hidden, cfg.ffn, cfg.n_heads, cfg.n_kv_heads, cfg.vocab,
                      head_dim=cfg.head_dim, eps=cfg.rms_eps, rope_theta=cfg.rope_theta, rope_neox=cfg.rope_neox)
 
     def q8(*names: str, out_f32: bool = False):
-        parts = [ssq.q8(n, t) for n in names]
-        qs = torch.from_numpy(np.concatenate([p[0] for p in parts])).to(device)
-        sc = torch.from_numpy(np.concatenate([p[1] for p in parts])).to(device)
-        return make_linear([(qs, sc)], device, backend, out_f32)
+        pairs = []
+        for t in ts:
+            parts = [ssq.q8(n, t) for n in names]
+            pairs.append((torch.from_numpy(np.concatenate([p[0] for p in parts])).to(device),
+                          torch.from_numpy(np.concatenate([p[1] for p in parts])).to(device)))
+        return make_linear(pairs, device, backend, out_f32)
 
-    def vec(name: str) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(ssq.dense(name, t), dtype=np.float32)).to(device)
+    def vec(name: str) -> torch.Tensor:   # [n] for one twin, [2, n] for two
+        v = [torch.from_numpy(np.ascontiguousarray(ssq.dense(name, t), dtype=np.float32)) for t in ts]
+        return (v[0] if len(v) == 1 else torch.stack(v)).to(device)
 
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
     layers = [LayerWeights(vec(f"blk.{i}.attn_norm.weight"),
@@ -401,6 +409,8 @@ def load_ssq(ssq: Any, backend: Any, device: torch.device, twins: str = "a", *, 
     output = q8("token_embd.weight" if cfg.tied_embeddings else "output.weight", out_f32=True)
     w = Weights(embed, layers, vec("output_norm.weight"), output)
     factors = vec("rope_freqs.weight") if cfg.rope_freq_factors else None
+    if factors is not None and factors.dim() == 2:
+        factors = factors[0]   # same architecture and hyper-parameters: twin A's (pack checks they agree)
     return GpuModel(shape, w, max_seqs=max_seqs, max_ctx=min(max_ctx or cfg.context_length, cfg.context_length),
                     device=device, twins=twins, ops=ops, rope_linear_factor=cfg.rope_linear_factor,
                     rope_freq_factors=factors)

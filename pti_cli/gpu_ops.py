@@ -85,14 +85,18 @@ class CudaOps:
         self.counters = torch.zeros(1 << 16, dtype=torch.int32, device=device)
         self._old: list[torch.Tensor] = []   # outgrown counters: captured graphs may still use them
 
-    def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype) -> torch.Tensor:
+    def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype,
+                 n_a: int | None = None) -> torch.Tensor:
+        """w: [d], or [2, d] per twin (the first n_a rows are twin A's)."""
         M, d = x.shape
         if d > 256 * 24:
             raise PtiError(f"the norm kernel takes rows of at most 6144 elements, not {d}")
         h = torch.empty((M, d), dtype=torch.bfloat16, device=x.device)
         suf = _suffix(r) if r is not None else "bf16"
+        wa, wb = (w[0], w[1]) if w.dim() == 2 else (w, w)
         self.k.launch(f"add_rmsnorm_{suf}", (M,), (1024,),
-                      [(x, P), (r.contiguous() if r is not None else 0, P), (w, P), (h, P), (d, I), (eps, F)])
+                      [(x, P), (r.contiguous() if r is not None else 0, P), (wa, P), (wb, P),
+                       (M if n_a is None or w.dim() == 1 else n_a, I), (h, P), (d, I), (eps, F)])
         return h
 
     def rope_kv(self, m, qkv: torch.Tensor, pos, slot, layer: int) -> torch.Tensor:

@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -221,3 +222,35 @@ def test_default_model_through_engine_port(default_pti):
         eng.submit([Request(0, ids), Request(1, ids[:9])])
         outs[spec] = [r.token_ids for r in eng.run()]
     assert outs["none"] == outs["lookup"]
+
+
+def test_fused_path_serves_distinct_twins_from_a_file(tmp_path):
+    """load_ssq of a file with two distinct twins (per-twin norms and embeddings, twin matmuls):
+    each twin's rows match the reference Model of that twin, in a pass alone and in a pass
+    holding both twins."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ssq_helpers import tiny_llama
+    from pti_cli.backends.torch_ref import TorchRefBackend
+    from pti_cli.gpu_model import EnginePort, load_ssq
+    from pti_cli.model import Model
+    from pti_cli.pack import pack
+    from pti_cli.ssq.read import SSQFile
+    a, b, out = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "t.ssq"
+    tiny_llama(a, seed=1)
+    tiny_llama(b, seed=2)
+    pack(a, b, out)
+    ssq = SSQFile(out)
+    port = EnginePort(load_ssq(ssq, None, CPU, "ab", max_seqs=4, max_ctx=64))
+    ref = Model(ssq, TorchRefBackend(), twins="ab")
+    toks = np.random.default_rng(4).integers(0, 96, 11).tolist()
+    alone = {}
+    for twin in (0, 1):
+        got = port.forward([(port.new_kv(), twin, toks)])
+        want = ref.forward([(ref.new_kv(), twin, toks)])
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), twin
+        alone[twin] = got
+    assert not torch.allclose(alone[0], alone[1], rtol=1e-2, atol=1e-2)   # the twins differ
+    both = port.forward([(port.new_kv(), 1, toks), (port.new_kv(), 0, toks)])
+    n = len(toks)
+    assert torch.allclose(both[:n], alone[1], rtol=1e-5, atol=1e-5)
+    assert torch.allclose(both[n:], alone[0], rtol=1e-5, atol=1e-5)

@@ -233,3 +233,65 @@ def test_fused_attention_variants_agree(shape, dev, backend, ops):
             assert rel_err(x, y) < 1e-5
         assert torch.equal(cache, got[0][1])
     assert int(ops.counters.abs().sum()) == 0   # every launch leaves its counters at zero
+
+
+def _tiny_file(tmp_path, seeds):
+    """A packed tiny llama (head size 64, 2 query heads per KV head) of one or two twins."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from ssq_helpers import tiny_llama
+    from pti_cli.pack import pack
+    ggufs = []
+    for s in seeds:
+        ggufs.append(tmp_path / f"m{s}.gguf")
+        tiny_llama(ggufs[-1], seed=s, hidden=256, kv_dim=128, ffn=384)
+    out = tmp_path / "m.ssq"
+    pack(ggufs[0], ggufs[1] if len(ggufs) > 1 else None, out)
+    return out
+
+
+def test_distinct_twins_from_a_file(dev, backend, ops, tmp_path):
+    """A file with two distinct twins on the fused GPU pass: each twin's logits match the CPU
+    reference forward of that twin, and a pass holding both twins gives every row the bits of
+    its one-twin pass."""
+    from pti_cli.backends.torch_ref import TorchRefBackend
+    from pti_cli.gpu_model import EnginePort, load_ssq
+    from pti_cli.model import Model
+    from pti_cli.ssq.read import SSQFile
+
+    ssq = SSQFile(_tiny_file(tmp_path, (1, 2)))
+    assert not ssq.identical
+    port = EnginePort(load_ssq(ssq, backend, dev, "ab", max_seqs=4, max_ctx=128, ops=ops))
+    cpu = Model(ssq, TorchRefBackend(), twins="ab")
+    toks = prompt(21, 96, 5)
+    alone = {}
+    for twin in (0, 1):
+        lg = port.forward([(port.new_kv(), twin, toks)])
+        lc = cpu.forward([(cpu.new_kv(), twin, toks)])
+        assert torch.isfinite(lg).all() and rel_err(lg.float().cpu(), lc.float()) < 3e-2, twin
+        alone[twin] = lg
+    assert rel_err(alone[0].cpu(), alone[1].cpu()) > 0.1   # the twins differ
+    both = port.forward([(port.new_kv(), 1, toks), (port.new_kv(), 0, toks)])
+    n = len(toks)
+    assert torch.equal(both[:n], alone[1]) and torch.equal(both[n:], alone[0])
+
+
+def test_pti_takes_the_fused_gpu_path_losslessly(dev, tmp_path):
+    """`Pti` (what `pti run` uses) on a GPU runs the fused pass, and its greedy output is the same
+    with and without lookup drafts and with one or three sequences."""
+    from pti_cli.api import Pti
+    from pti_cli.engine import Request
+    from pti_cli.gpu_model import EnginePort
+
+    p = Pti(_tiny_file(tmp_path, (3,)), backend="cuda")
+    assert p.fused
+    ids = prompt(10, 96, 7) * 3   # repeats: lookup finds drafts
+    runs = {}
+    for spec, seqs in (("none", 1), ("lookup", 1), ("lookup", 3), ("none", 3)):
+        eng = p.engine(max_tokens=24, spec=spec, seqs=seqs)
+        eng.submit([Request(s, ids, 0) for s in range(seqs)])
+        runs[(spec, seqs)] = [r.token_ids for r in eng.run()]
+    assert isinstance(p._model_port, EnginePort)
+    first = runs[("none", 1)][0]
+    assert len(first) > 0 and all(r == first for v in runs.values() for r in v)
