@@ -1,6 +1,6 @@
 """Pack speed vs a plain file copy, in the same run.
 
-Generates a random Q8_0 llama GGUF of about 1.2 GB (and a second one for the
+Generates a random Q8_0 llama GGUF of about 1.4 GB (and a second one for the
 two-twin case), then times, alternating, best of --repeat:
   copy1  shutil.copyfile(A)                      (the same bytes as one checkpoint; sendfile, in the kernel)
   loop1  a read/write loop copying A through one user-space buffer (for context)
