@@ -236,25 +236,26 @@ def test_fused_attention_variants_agree(shape, dev, backend, ops):
 
 
 def _tiny_file(tmp_path, seeds):
-    """A packed tiny llama (head size 64, 2 query heads per KV head) of one or two twins."""
+    """A packed one-block llama GGUF with a real tokenizer (head size 64, 2 query heads per KV
+    head, tied output) of one or two twins (tests/source_helpers.py make_gguf)."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from ssq_helpers import tiny_llama
+    from source_helpers import make_gguf
     from pti_cli.pack import pack
     ggufs = []
     for s in seeds:
         ggufs.append(tmp_path / f"m{s}.gguf")
-        tiny_llama(ggufs[-1], seed=s, hidden=256, kv_dim=128, ffn=384)
+        make_gguf(ggufs[-1], hidden=256, seed=s)
     out = tmp_path / "m.ssq"
     pack(ggufs[0], ggufs[1] if len(ggufs) > 1 else None, out)
     return out
 
 
 def test_distinct_twins_from_a_file(dev, backend, ops, tmp_path):
-    """A file with two distinct twins on the fused GPU pass: each twin's logits match the CPU
-    reference forward of that twin, and a pass holding both twins gives every row the bits of
-    its one-twin pass."""
+    """A file with two distinct twins on the fused GPU pass: every row of a pass holding both
+    twins has the bits of the same row on a model of that twin alone, and is near the CPU
+    reference forward of that twin (bf16 activations)."""
     from pti_cli.backends.torch_ref import TorchRefBackend
     from pti_cli.gpu_model import EnginePort, load_ssq
     from pti_cli.model import Model
@@ -262,19 +263,19 @@ def test_distinct_twins_from_a_file(dev, backend, ops, tmp_path):
 
     ssq = SSQFile(_tiny_file(tmp_path, (1, 2)))
     assert not ssq.identical
-    port = EnginePort(load_ssq(ssq, backend, dev, "ab", max_seqs=4, max_ctx=128, ops=ops))
+    both = EnginePort(load_ssq(ssq, backend, dev, "ab", max_seqs=4, max_ctx=128, ops=ops))
     cpu = Model(ssq, TorchRefBackend(), twins="ab")
-    toks = prompt(21, 96, 5)
-    alone = {}
-    for twin in (0, 1):
-        lg = port.forward([(port.new_kv(), twin, toks)])
-        lc = cpu.forward([(cpu.new_kv(), twin, toks)])
-        assert torch.isfinite(lg).all() and rel_err(lg.float().cpu(), lc.float()) < 3e-2, twin
-        alone[twin] = lg
-    assert rel_err(alone[0].cpu(), alone[1].cpu()) > 0.1   # the twins differ
-    both = port.forward([(port.new_kv(), 1, toks), (port.new_kv(), 0, toks)])
+    toks = prompt(21, 40, 5)
+    got = both.forward([(both.new_kv(), 1, toks), (both.new_kv(), 0, toks)])
     n = len(toks)
-    assert torch.equal(both[:n], alone[1]) and torch.equal(both[n:], alone[0])
+    rows = {1: got[:n], 0: got[n:]}
+    assert rel_err(rows[0].cpu(), rows[1].cpu()) > 0.1, "the twins should differ"
+    for twin in (0, 1):
+        one = EnginePort(load_ssq(ssq, backend, dev, "ab"[twin], max_seqs=2, max_ctx=128, ops=ops))
+        alone = one.forward([(one.new_kv(), twin, toks)])
+        assert torch.equal(rows[twin], alone), f"twin {twin}: rows differ from the one-twin model"
+        ref = cpu.forward([(cpu.new_kv(), twin, toks)])
+        assert rel_err(rows[twin].float().cpu(), ref.float()) < 5e-2, f"twin {twin}: {rel_err(rows[twin].cpu(), ref)}"
 
 
 def test_pti_takes_the_fused_gpu_path_losslessly(dev, tmp_path):
@@ -286,7 +287,7 @@ def test_pti_takes_the_fused_gpu_path_losslessly(dev, tmp_path):
 
     p = Pti(_tiny_file(tmp_path, (3,)), backend="cuda")
     assert p.fused
-    ids = prompt(10, 96, 7) * 3   # repeats: lookup finds drafts
+    ids = [3 + t for t in prompt(10, 37, 7)] * 3   # repeats: lookup finds drafts
     runs = {}
     for spec, seqs in (("none", 1), ("lookup", 1), ("lookup", 3), ("none", 3)):
         eng = p.engine(max_tokens=24, spec=spec, seqs=seqs)
@@ -294,4 +295,4 @@ def test_pti_takes_the_fused_gpu_path_losslessly(dev, tmp_path):
         runs[(spec, seqs)] = [r.token_ids for r in eng.run()]
     assert isinstance(p._model_port, EnginePort)
     first = runs[("none", 1)][0]
-    assert len(first) > 0 and all(r == first for v in runs.values() for r in v)
+    assert len(first) > 0 and all(r == first for v in runs.values() for r in v), runs
