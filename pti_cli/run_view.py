@@ -34,7 +34,7 @@ def result_json(r: Result, prompt_index: int) -> str:
         "finish": r.finish}, ensure_ascii=False)
 
 
-def stats_line(results: list[Result], engine_passes: int, seconds: float) -> str:
+def stats_line(results: list[Result], engine_passes: int, seconds: float, where: str = "") -> str:
     tokens = sum(len(r.token_ids) for r in results)
     seq_passes = sum(r.passes for r in results)
     drafted = sum(r.drafted for r in results)
@@ -47,7 +47,7 @@ def stats_line(results: list[Result], engine_passes: int, seconds: float) -> str
     ctx = [str(r.s + 1) for r in results if r.finish == "context"]
     if ctx:
         line += f"; stopped at the context end: sequence {', '.join(ctx)}"
-    return line
+    return line + (f"; {where}" if where else "")
 
 
 def _live_table(eng, total: int):
@@ -114,4 +114,5 @@ def run_cli(*, model: str | None, source: str | None, prompt: list[str], file: P
             print(f"pti: sequence {r.s + 1} stopped at the model's context end "
                   f"({r.prompt_tokens + len(r.token_ids)} tokens)", file=sys.stderr)
     if stats:
-        print(stats_line(results, eng.passes, seconds), file=sys.stderr)
+        where = "fused GPU pass" if pti.fused else f"{pti.backend.name} backend, reference forward"
+        print(stats_line(results, eng.passes, seconds, where), file=sys.stderr)
