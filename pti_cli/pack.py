@@ -329,7 +329,8 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
             check_free_space(tmp.parent, estimate_size(kvs, plans))
             on_start(sum(p.nbytes for p in plans))
             try:
-                header_len = write_ssq_gguf(tmp, a.arch, kvs, plans, on_bytes)
+                # replacing a file: ext4 flushes ours at the rename, so start that early
+                header_len = write_ssq_gguf(tmp, a.arch, kvs, plans, on_bytes, writeback=output.exists())
                 sha = [h.result() for h in hashers]
                 patch_string_array(tmp, header_len, F.KEY_SHA256, [sha[0], sha[-1]])
             except OSError as e:

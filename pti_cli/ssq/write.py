@@ -161,8 +161,9 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
     (sync_file_range(SYNC_FILE_RANGE_WRITE); the pages stay cached).  Renaming
     the finished file over an existing OUT makes ext4 flush every dirty page of it
     first (auto_da_alloc) and wait: 0.55 s per 1.4 GB here, at the very end; begun
-    while the output is produced, most of that overlaps other work.  A no-op where
-    the C library has no sync_file_range; errors are ignored (only a hint)."""
+    while the output is produced, most of that overlaps other work (for a new OUT
+    there is no such flush, and the hint only slows the copy: not used then).  A
+    no-op where the C library has no sync_file_range; errors are ignored."""
     if _SYNC_FILE_RANGE is not None and nbytes > 0:
         _SYNC_FILE_RANGE(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE)
 
@@ -175,7 +176,7 @@ def pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 
 
 def copy_span(files: SourceFiles, span: FileSpan, out_fd: int, out_offset: int, buf: bytearray,
-              on_bytes: Callable[[int], None]) -> None:
+              on_bytes: Callable[[int], None], writeback: bool = False) -> None:
     """Copy span's bytes to out_fd at out_offset: os.copy_file_range (in the kernel;
     a reflink on file systems that share extents), or, when the kernel refuses
     (NO_KERNEL_COPY), through `buf` from where it stopped."""
@@ -196,15 +197,18 @@ def copy_span(files: SourceFiles, span: FileSpan, out_fd: int, out_offset: int, 
             pwrite_all(out_fd, view[:got], out_offset + done)
         if got == 0:
             raise PtiError(f"{span.path}: file ended at byte {span.offset + done} while packing (changed on disk?)")
-        start_writeback(out_fd, out_offset + done, got)
+        if writeback:
+            start_writeback(out_fd, out_offset + done, got)
         done += got
         on_bytes(got)
 
 
 def write_ssq_gguf(path: Path, arch: str, kvs: list[KeyValue], tensors: list[TensorPlan],
-                   on_bytes: Callable[[int], None] = lambda n: None) -> int:
+                   on_bytes: Callable[[int], None] = lambda n: None, writeback: bool = False) -> int:
     """Write one GGUF v3 file: kvs as given, tensors copied from their span or
-    streamed through their fill().  Returns the offset of the data section."""
+    streamed through their fill().  writeback: start writing the data to disk as
+    they are produced (start_writeback; worth it when the file will be renamed over
+    an existing one).  Returns the offset of the data section."""
     # GGUFWriter opens with "wb": truncating an existing file, even an empty one,
     # makes ext4 start writeback of the whole file when it is closed (auto_da_alloc,
     # 0.56 s for 1.4 GB here, measured): let it create the file instead.
@@ -224,14 +228,14 @@ def write_ssq_gguf(path: Path, arch: str, kvs: list[KeyValue], tensors: list[Ten
         data_offset = pos = fout.tell()
         fd = fout.fileno()           # the data section: explicit offsets on the descriptor
         buf = bytearray(READ_STEP)   # the fallback copy's one buffer
-        rows = _RowWriter(fd, on_bytes)
+        rows = _RowWriter(fd, on_bytes, writeback=writeback)
         try:
             with SourceFiles() as files:
                 for t in tensors:
                     if t.span is not None:
                         if t.span.nbytes != t.nbytes:
                             raise AssertionError(f"{t.name}: span of {t.span.nbytes} bytes, expected {t.nbytes}")
-                        copy_span(files, t.span, fd, pos, buf, on_bytes)
+                        copy_span(files, t.span, fd, pos, buf, on_bytes, writeback)
                     else:
                         rows.write(t, pos)
                     pad = _pad(t.nbytes, w.data_alignment) - t.nbytes
@@ -261,8 +265,8 @@ class _RowWriter:
     plans run on WORKERS threads, a bounded number in flight (the file offsets are
     explicit, so their order does not matter); the others run here, in order."""
 
-    def __init__(self, fd: int, on_bytes: Callable[[int], None], workers: int = WORKERS):
-        self.fd, self.on_bytes, self.workers = fd, on_bytes, workers
+    def __init__(self, fd: int, on_bytes: Callable[[int], None], workers: int = WORKERS, writeback: bool = False):
+        self.fd, self.on_bytes, self.workers, self.writeback = fd, on_bytes, workers, writeback
         self.pool = ThreadPoolExecutor(workers) if workers > 1 else None
         self.pending: deque[tuple[Future, int]] = deque()     # (chunk, its end offset), in file order
         self.written = self.kicked = 0                        # end of the chunks done in order; writeback begun to
@@ -286,7 +290,7 @@ class _RowWriter:
 
     def _done(self, end: int, last: bool = False) -> None:
         self.written = max(self.written, end)
-        if self.written - self.kicked >= WRITEBACK_STEP or last:
+        if self.writeback and (self.written - self.kicked >= WRITEBACK_STEP or last):
             start_writeback(self.fd, self.kicked, self.written - self.kicked)   # from 0: the header too
             self.kicked = self.written
 
