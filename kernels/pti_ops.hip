@@ -227,7 +227,7 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
 // Un-normalised output of the chunk, (head g, dim d) per item, items spread over the
 // block's threads; each item sums its keys in key order (the same bits however many
 // threads share the items).
-template <int HD, int NG>
+template <int HD>
 __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK], int nt, int G, float* part_acc,
                                         long row_head0, int n_chunks, int c) {
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
@@ -282,7 +282,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
         qs[i / HD][i % HD] = bf2f(q[((long)m * H + kh * G) * HD + i]) * scale;
     __syncthreads();
     attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
-    attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
+    attn_pv<HD>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
         part_ml[o] = mx[threadIdx.x];
@@ -494,7 +494,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
             vc[kv0 + (long)(p - t0) * HD + d] = vs[(p - t0) * HD + d];
         }
     attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
-    attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
+    attn_pv<HD>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
         part_ml[o] = mx[threadIdx.x];

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .backends.cuda import launch_kernel
 from .errors import PtiError
 from .gpu_model import ATTN_CHUNK
 
@@ -49,7 +50,6 @@ class _Module:
     def launch(self, name: str, grid: tuple, block: tuple, args: list[tuple[Any, Any]]) -> None:
         vals = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a, _ in args)
         types = tuple(t for _, t in args)
-        from .backends.cuda import launch_kernel
         stream = torch.cuda.current_stream().cuda_stream
         launch_kernel(self.driver, self.fn[name], grid, block, 0, stream, (vals, types), self.pdl, f"launch of {name}")
 
