@@ -434,6 +434,169 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 
+// ------------------------------------------- streaming kernel (sm_90+, bulk copies)
+// For at most 8 activation rows per twin and whole steps (nb a multiple of 8U,
+// activations 16-byte aligned): grid = min(row groups, SMs); each CTA loops over
+// row groups blockIdx.x, + gridDim.x, ...  One thread streams each step (8U
+// blocks of one row group: its weights, scales and activation rows, all
+// contiguous in memory) into a ring of ST shared-memory stages with
+// cp.async.bulk, one instruction per array, completion counted in bytes on the
+// stage's mbarrier; so ST steps are in flight whatever the registers, across
+// row-group boundaries, at a few instructions per step (v2/v3 and v6 lost to
+// per-16-byte copy instructions).  The weights of the first ST steps are
+// requested before griddepcontrol.wait (weights never change): with the ring
+// kept under half the SM's shared memory, this CTA is resident while the
+// previous kernel runs, and its first loads overlap that kernel's tail.
+// ST comes from the dynamic shared memory size the host gives.  The arithmetic
+// is pti_block's over the blocks of each warp in the same order, and the sum
+// is pti_finish's: the same bits as every other variant.
+#define PTI_RED_BYTES 16384
+#define PTI_BAR_BYTES 128    // up to 16 stages' mbarriers
+
+__device__ __forceinline__ unsigned pti_smem_u32(const void* p) {
+    unsigned r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void pti_bulk_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void pti_bar_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void pti_bar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+// One step's stage: [twin][8U blocks][512 B] weights, [twin][8U][32 B] scales,
+// [twin][mx rows][XS B] activations (XS = 8U x 64 bytes + 64, so that rows
+// alternate between the two halves of the shared-memory banks).
+template <int NTW, int U>
+struct PtiStage {
+    static constexpr int QB = U * 8 * 512, SB = U * 8 * 32, XB = U * 8 * 64, XS = XB + 64;
+    int bytes, mx;
+    __device__ int q(int tw) const { return tw * QB; }
+    __device__ int s(int tw) const { return NTW * QB + tw * SB; }
+    __device__ int x(int tw, int m) const { return NTW * (QB + SB) + (tw * mx + m) * XS; }
+};
+
+template <int NTW, int U>
+__device__ __forceinline__ void pti_issue_weights(const PtiArgs& a, const PtiStage<NTW, U>& st, unsigned dst,
+                                                  unsigned bar, int unit, int step) {
+    const pti_u64 blk = (pti_u64)unit * a.nb + step * 8 * U;
+#pragma unroll
+    for (int tw = 0; tw < NTW; ++tw) {
+        pti_bulk_g2s(dst + st.q(tw), (tw ? a.q[1] : a.q[0]) + blk * 32, st.QB, bar);
+        pti_bulk_g2s(dst + st.s(tw), (tw ? a.s[1] : a.s[0]) + blk * 8, st.SB, bar);
+    }
+}
+
+template <int NTW, int U>
+__device__ __forceinline__ void pti_issue_x(const PtiArgs& a, const PtiStage<NTW, U>& st, unsigned dst,
+                                            unsigned bar, int step) {
+#pragma unroll
+    for (int tw = 0; tw < NTW; ++tw) {
+        const int M = tw ? a.M[1] : a.M[0];
+        const unsigned short* x = (tw ? a.x[1] : a.x[0]) + step * 8 * U * 32;
+        for (int m = 0; m < M; ++m) pti_bulk_g2s(dst + st.x(tw, m), x + (pti_u64)m * a.ldx, st.XB, bar);
+    }
+}
+#endif
+
+template <int TIN, int TOUT, int NTW, int U>
+__device__ __forceinline__ void pti_mm_stream(const PtiArgs& a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char pti_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    pti_pdl_trigger();
+    PtiStage<NTW, U> st;
+    st.mx = NTW > 1 && a.M[1] > a.M[0] ? a.M[1] : a.M[0];
+    st.bytes = NTW * (st.QB + st.SB) + NTW * st.mx * st.XS;
+    unsigned dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const int ST = ((int)dyn - PTI_RED_BYTES - PTI_BAR_BYTES) / st.bytes;
+    const unsigned tx = NTW * (st.QB + st.SB) + (a.M[0] + (NTW > 1 ? a.M[1] : 0)) * st.XB;
+    const unsigned bars = pti_smem_u32(pti_smem + PTI_RED_BYTES);
+    const unsigned ring = bars + PTI_BAR_BYTES;
+    const unsigned char* ring_p = pti_smem + PTI_RED_BYTES + PTI_BAR_BYTES;
+    const int nsteps = a.nb / (8 * U);
+    const int units = (a.N + 15) / 16;   // row groups past the last row (padding) are never read
+    const int items = ((int)blockIdx.x < units ? (units - 1 - blockIdx.x) / gridDim.x + 1 : 0) * nsteps;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bars + 8 * s));
+        asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+        for (int j = 0; j < ST && j < items; ++j) {   // weights before the wait
+            pti_bar_expect(bars + 8 * j, tx);
+            pti_issue_weights<NTW, U>(a, st, ring + j * st.bytes, bars + 8 * j, blockIdx.x + (j / nsteps) * gridDim.x,
+                                      j % nsteps);
+        }
+    }
+    const unsigned zero = (unsigned)a.vec_ok >> 31;
+    const unsigned KM = 0x807f807fu ^ zero, KS = 0x80008000u ^ zero;
+    float acc[NTW * 4];
+#pragma unroll
+    for (int i = 0; i < NTW * 4; ++i) acc[i] = 0.f;
+    pti_pdl_wait();
+    if (threadIdx.x == 0)
+        for (int j = 0; j < ST && j < items; ++j) pti_issue_x<NTW, U>(a, st, ring + j * st.bytes, bars + 8 * j, j % nsteps);
+    __syncthreads();   // the barriers are initialised before anyone waits on them
+    const int row = lane >> 2;
+    for (int j = 0; j < items; ++j) {
+        const int s = j % ST, step = j % nsteps, unit = blockIdx.x + (j / nsteps) * gridDim.x;
+        pti_bar_wait(bars + 8 * s, (j / ST) & 1);
+        const unsigned char* p = ring_p + s * st.bytes;
+        uint4 wv[U][NTW][1], xv[U][NTW][1];
+        unsigned sv[U][NTW][1];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int b = warp + 8 * u;
+#pragma unroll
+            for (int tw = 0; tw < NTW; ++tw) {
+                wv[u][tw][0] = *(const uint4*)(p + st.q(tw) + b * 512 + lane * 16);
+                sv[u][tw][0] = *(const unsigned*)(p + st.s(tw) + b * 32 + row * 4);
+                xv[u][tw][0] = row < (tw ? a.M[1] : a.M[0]) ? *(const uint4*)(p + st.x(tw, row) + b * 64 + (lane & 3) * 16)
+                                                            : make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) pti_block<TIN, NTW, 1, 1>(wv[u], sv[u], xv[u], acc, KM, KS);
+        if (step == nsteps - 1) {
+            pti_finish<TIN, TOUT, NTW, 1, 1>(a, unit, warp, lane, acc, (float*)pti_smem);
+#pragma unroll
+            for (int i = 0; i < NTW * 4; ++i) acc[i] = 0.f;
+        }
+        __syncthreads();   // every warp is done with stage s: refill it
+        const int jn = j + ST;
+        if (threadIdx.x == 0 && jn < items) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            pti_bar_expect(bars + 8 * s, tx);
+            pti_issue_weights<NTW, U>(a, st, ring + s * st.bytes, bars + 8 * s, blockIdx.x + (jn / nsteps) * gridDim.x,
+                                      jn % nsteps);
+            pti_issue_x<NTW, U>(a, st, ring + s * st.bytes, bars + 8 * s, jn % nsteps);
+        }
+    }
+#else
+    __trap();   // the host launches these on sm_90+ only
+#endif
+}
+
+#define PTI_STREAM(NAME, TIN, TOUT, NTW, U)                                                   \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                 \
+        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
+        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
+        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
+                           N, K, nb, ldx, ldy, vec_ok};                                        \
+        pti_mm_stream<TIN, TOUT, NTW, U>(a);                                                   \
+    }
+
 #define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, MINB)                                         \
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
@@ -462,6 +625,18 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4, 1)  \
     PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4, 1)  \
     PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2, 1)
+
+// Streaming variants: pti_mm_{tag}_t{NTW}_r1_m1_u{U}_s1 (dynamic shared memory set by the host).
+#define PTI_STREAM_ALL(TAG, TIN, TOUT)                             \
+    PTI_STREAM(pti_mm_##TAG##_t1_r1_m1_u4_s1, TIN, TOUT, 1, 4)     \
+    PTI_STREAM(pti_mm_##TAG##_t1_r1_m1_u8_s1, TIN, TOUT, 1, 8)     \
+    PTI_STREAM(pti_mm_##TAG##_t2_r1_m1_u2_s1, TIN, TOUT, 2, 2)     \
+    PTI_STREAM(pti_mm_##TAG##_t2_r1_m1_u4_s1, TIN, TOUT, 2, 4)
+
+PTI_STREAM_ALL(bf16_f32, 0, 0)
+PTI_STREAM_ALL(bf16_out, 0, 1)
+PTI_STREAM_ALL(f16_f32, 1, 0)
+PTI_STREAM_ALL(f16_out, 1, 1)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)
