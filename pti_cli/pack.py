@@ -30,7 +30,7 @@ from .errors import PtiError
 from .ssq import format as F
 from .ssq.quantise import quantize_q8_0
 from .ssq.write import (FileSpan, KeyValue, SourceFiles, TensorPlan, atomic_output, check_free_space, check_output,
-                        drop_cached_pages, estimate_size, patch_string_array, write_ssq_gguf)
+                        OldPages, estimate_size, patch_string_array, write_ssq_gguf)
 
 ROW_CHUNK_WEIGHTS = 1 << 20      # weights per row chunk and twin (4 MB as f32): cache-sized chunks wrote 1.4x faster than 8M
 # Keys of twin A's metadata not copied: the writer sets the architecture, and
@@ -301,8 +301,14 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
     # files are that one file then; checked below).
     stop = threading.Event()
     hashers: list[_Hasher] = []
-    if force and Path(output).is_file():     # its cache is garbage once replaced: free it while we read
-        threading.Thread(target=drop_cached_pages, args=(Path(output),), daemon=True).start()
+    # Replacing a file: its page cache is garbage once replaced; freed just ahead of
+    # our writes, the new file's pages reuse it (ssq/write.OldPages).
+    old = OldPages(Path(output)) if force and Path(output).is_file() else None
+
+    def written(n: int) -> None:
+        if old is not None:
+            old.advance(n)
+        on_bytes(n)
     try:
         if Path(a_path).is_file():
             hashers.append(_Hasher([Path(a_path)], stop))
@@ -330,7 +336,7 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
             on_start(sum(p.nbytes for p in plans))
             try:
                 # replacing a file: ext4 flushes ours at the rename, so start that early
-                header_len = write_ssq_gguf(tmp, a.arch, kvs, plans, on_bytes, writeback=output.exists())
+                header_len = write_ssq_gguf(tmp, a.arch, kvs, plans, written, writeback=output.exists())
                 sha = [h.result() for h in hashers]
                 patch_string_array(tmp, header_len, F.KEY_SHA256, [sha[0], sha[-1]])
             except OSError as e:
@@ -338,6 +344,8 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
             size = tmp.stat().st_size
     finally:
         stop.set()
+        if old is not None:
+            old.close()
     return PackResult(output, F.MODE_IDENTICAL if identical else F.MODE_TWIN, identical, size,
                       time.perf_counter() - t0)
 

@@ -16,6 +16,6 @@ for v in t1_r1_m1_u4_s1 t1_r1_m1_u8; do
   step ncu $v 28672x4096
   timeout 100 $NCU --clock-control none --kernel-name regex:pti_mm_ --launch-skip 2 --launch-count 1 $SECT \
       python3 scripts/kernel_probe.py 28672 4096 1 $v $v $v > /tmp/ncu_$v.log 2>&1
-  grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Stall|Warp Cycles|Issued|Achieved Occupancy|Theoretical Occ|Block Limit|L2 Hit|Mem Busy|Max Bandwidth|Registers|Dynamic Shared" /tmp/ncu_$v.log | head -40 >> "$LOG"
+  grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Stall|Warp Cycles|Issued|Achieved Occupancy|Theoretical Occ|Block Limit|L2 Hit|Mem Busy|Max Bandwidth|Registers|Dynamic Shared|stalled|spends" /tmp/ncu_$v.log | head -40 >> "$LOG"
 done
 step done

@@ -346,23 +346,45 @@ def check_output(out: Path, force: bool) -> Path:
     return folder
 
 
-def drop_cached_pages(path: Path) -> None:
-    """Drop the page cache of a file about to be replaced (its bytes on disk stay,
-    so the replacement remains atomic).  Those pages are garbage once the rename
-    lands; freed now, the new file's pages reuse them.  On this project's VM, page
-    cache that reuses just-freed memory filled 10-20x faster than memory the host
-    had taken back (docs/perf.md, ssq/pack); `cp` over a file gets the same reuse
-    from truncating it.  Best effort: any error is ignored."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    except (OSError, AttributeError):
-        pass
-    finally:
-        os.close(fd)
+FREE_AHEAD = 64 << 20        # OldPages: how far the old OUT's freed pages run ahead of the new file's bytes
+FREE_STEP = 16 << 20         # OldPages: bytes of the old OUT freed per posix_fadvise call
+
+
+class OldPages:
+    """The page cache of an OUT about to be replaced, freed step by step just ahead
+    of the new file's writes (advance(n) after each n bytes written).  Its bytes on
+    disk stay, so the replacement remains atomic; its pages are garbage once the
+    rename lands.  On this project's VM, memory freed and reused within about 2 s
+    fills 10-20x faster than memory handed back to the host (free page reporting
+    starts 2 s after a large free): freeing all of OUT at once (as `cp`'s truncation
+    does) loses what the new file has not reused by then (docs/perf.md, ssq/pack).
+    Best effort: any error is ignored.  Thread-safe."""
+
+    def __init__(self, path: Path):
+        self._lock = threading.Lock()
+        self.written = self.freed = 0
+        try:
+            self._fd: int | None = os.open(path, os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def advance(self, nbytes: int) -> None:
+        with self._lock:
+            self.written += nbytes
+            if self._fd is None or self.written + FREE_AHEAD - self.freed < FREE_STEP:
+                return
+            upto = self.written + FREE_AHEAD
+            try:
+                os.posix_fadvise(self._fd, self.freed, upto - self.freed, os.POSIX_FADV_DONTNEED)
+            except (OSError, AttributeError):
+                pass
+            self.freed = upto
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 @contextmanager
