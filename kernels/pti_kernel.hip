@@ -435,8 +435,8 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 }
 
 // ------------------------------------------- streaming kernel (sm_90+, bulk copies)
-// For at most 8 activation rows per twin and whole steps (nb a multiple of 8U,
-// activations 16-byte aligned): grid = min(row groups, SMs); each CTA loops over
+// For at most 8 activation rows per twin and whole steps (K a multiple of
+// 8U x 32, activations 16-byte aligned): grid = min(row groups, SMs); each CTA loops over
 // row groups blockIdx.x, + gridDim.x, ...  One thread streams each step (8U
 // blocks of one row group: its weights, scales and activation rows, all
 // contiguous in memory) into a ring of ST shared-memory stages with
@@ -574,8 +574,7 @@ __device__ __forceinline__ void pti_mm_stream(const PtiArgs& a) {
         }
         __syncthreads();   // every warp is done with stage s: refill it
         const int jn = j + ST;
-        if (threadIdx.x == 0 && jn < items) {
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        if (threadIdx.x == 0 && jn < items) {   // (no proxy fence: it waited for every copy in flight)
             pti_bar_expect(bars + 8 * s, tx);
             pti_issue_weights<NTW, U>(a, st, ring + s * st.bytes, bars + 8 * s, blockIdx.x + (jn / nsteps) * gridDim.x,
                                       jn % nsteps);

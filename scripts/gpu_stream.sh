@@ -11,13 +11,14 @@ LOG=$OUT/run.log
 step() { echo "== $(date -u +%T) $*" >> "$LOG"; }
 table() { grep -v "^┃\|^┏\|^┡\|^└" | sed 's/│/ /g' | tr -s ' ' >> "$LOG"; }
 
-step streaming tests
-timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_kernels_gpu.py -x \
-    -k "streaming or chain or every_variant or graph" 2>&1 | tail -15 >> "$LOG"
+step read probes
+timeout 100 python3 scripts/read_probe.py >> "$LOG" 2>&1
+step kernel tests
+timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_kernels_gpu.py -rf --tb=line 2>&1 | tail -12 >> "$LOG"
 step kernels default vs register
 timeout 120 python3 -m pti_cli.cli bench --kernels --json "$OUT/kernels.json" \
     --kernel-variants default,t1_r1_m1_u8,t2_r1_m1_u4,t1_r1_m1_u8_s1,t2_r1_m1_u4_s1 2>&1 | table
-for cap in 60000 200000; do
+for cap in 200000; do
   step kernels PTI_STREAM_SMEM=$cap
   PTI_STREAM_SMEM=$cap timeout 60 python3 -m pti_cli.cli bench --kernels --kernel-variants t1_r1_m1_u4_s1,t2_r1_m1_u2_s1 2>&1 | table
 done
@@ -30,6 +31,4 @@ for s in 1 0; do
   PTI_STREAM=$s timeout 120 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,2,16 --twins a,ab 2>&1 \
       | grep "tok/s\|bandwidth" | head -8 >> "$LOG"
 done
-step make test-gpu
-timeout 200 make test-gpu PYTHON=python3 2>&1 | tail -6 >> "$LOG"
 step done

@@ -40,7 +40,7 @@ extern "C" __global__ void chunked(const uint4* p, u64 n, u64 c16, unsigned* out
 }
 __device__ unsigned sa(const void* p) { unsigned r; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p)); return r; }
 // bulk ring: ST stages of SB bytes; CTA b streams chunks b, b + gridDim.x, ... of SB bytes
-extern "C" __global__ void bulk_ring(const unsigned char* p, u64 nbytes, int SB, int ST, unsigned* out) {
+extern "C" __global__ void bulk_ring(const unsigned char* p, u64 nbytes, int SB, int ST, int fence, unsigned* out) {
     extern __shared__ __align__(128) unsigned char sm[];
     unsigned bars = sa(sm), ring = bars + 128;
     u64 nchunks = nbytes / SB;
@@ -65,6 +65,7 @@ extern "C" __global__ void bulk_ring(const unsigned char* p, u64 nbytes, int SB,
         __syncthreads();
         int jn = j + ST;
         if (threadIdx.x == 0 && jn < items) {
+            if (fence) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bars + 8 * s), "r"(SB) : "memory");
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                 :: "r"(ring + s * SB), "l"(p + (blockIdx.x + (u64)jn * gridDim.x) * SB), "r"(SB), "r"(bars + 8 * s) : "memory");
@@ -86,7 +87,7 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     nbytes = 4 << 30
     buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
-    out = torch.empty(1 << 22, dtype=torch.int32, device="cuda")
+    out = torch.empty(1 << 26, dtype=torch.int32, device="cuda")   # one word per thread of the largest grid
     stream = torch.cuda.current_stream().cuda_stream
 
     def timed(name, grid, args, types, smem=0):
@@ -104,16 +105,17 @@ def main():
 
     P = (buf.data_ptr(), nbytes // 16, out.data_ptr())
     print(f"grid_stride {sms * 8} CTAs: {timed('grid_stride', sms * 8, P, (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p)):.0f} GB/s")
-    for chunk in (64 << 10, 16 << 10, 256 << 10):
+    for chunk in (64 << 10, 256 << 10):
         for grid in (nbytes // chunk, sms, 2 * sms, 4 * sms):
             gbs = timed("chunked", grid, (buf.data_ptr(), nbytes // 16, chunk // 16, out.data_ptr()),
                         (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p))
             print(f"chunked chunk {chunk >> 10} KB grid {grid}: {gbs:.0f} GB/s")
-    for sb, st, per in ((16384, 4, 1), (16384, 8, 1), (16384, 12, 1), (16384, 4, 2), (32768, 6, 1), (65536, 3, 1), (4096, 16, 1), (8192, 12, 1)):
+    for sb, st, per, fence in ((16384, 4, 1, 1), (16384, 4, 1, 0), (16384, 8, 1, 0), (16384, 12, 1, 0),
+                               (16384, 4, 2, 0), (32768, 6, 1, 0), (65536, 3, 1, 0), (8192, 12, 1, 0)):
         smem = 128 + sb * st
-        gbs = timed("bulk_ring", sms * per, (buf.data_ptr(), nbytes, sb, st, out.data_ptr()),
-                    (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_void_p), smem)
-        print(f"bulk_ring stage {sb >> 10} KB x {st} stages, {per} CTA/SM: {gbs:.0f} GB/s")
+        gbs = timed("bulk_ring", sms * per, (buf.data_ptr(), nbytes, sb, st, fence, out.data_ptr()),
+                    (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p), smem)
+        print(f"bulk_ring stage {sb >> 10} KB x {st} stages, {per} CTA/SM, proxy fence {fence}: {gbs:.0f} GB/s")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4")
 TWIN_KERNEL_MAX_ROWS = 8
 # The streaming kernels (sm_90+, kernels/pti_kernel.hip "streaming kernel"): up to 8 rows per twin,
-# whole steps of 8U blocks; they replace the register variant of the same twins when a call allows.
+# K a multiple of 8U x 32 (whole steps); they replace the register variant of the same twins when a call allows.
 STREAM_VARIANTS = {1: "t1_r1_m1_u4_s1", 2: "t2_r1_m1_u2_s1"}
 STREAM_EXTRA = ("t1_r1_m1_u8_s1", "t2_r1_m1_u4_s1")
 STREAM_RED, STREAM_BARS, STREAM_MAX_STAGES = 16384, 128, 16
@@ -319,7 +319,7 @@ class CudaBackend(KernelBackend):
                 max(x.shape[0] for x in xs) > TC_VARIANTS[twins][0][0]:
             return name
         v = STREAM_VARIANTS[twins]
-        if packs[0].q.shape[1] % (8 * split_variant(v)["u"]) or not self.vec_ok(packs, xs) or \
+        if packs[0].cols % (256 * split_variant(v)["u"]) or not self.vec_ok(packs, xs) or \
                 self.stream_stages(v, xs) < 2:
             return name
         return name[: -len(TC_VARIANTS[twins][0][1])] + v
@@ -336,9 +336,8 @@ class CudaBackend(KernelBackend):
         if name.endswith("_s1"):   # a streaming kernel: one CTA per SM loops over the row groups
             variant = name.split("_", 4)[4]
             sv = split_variant(variant)
-            if max(x.shape[0] for x in xs) > 8 or packs[0].q.shape[1] % (8 * sv["u"]) or \
-                    not self.vec_ok(packs, xs):
-                raise PtiError(f"{name}: takes at most 8 rows, whole steps of {8 * sv['u']} blocks, aligned rows")
+            if max(x.shape[0] for x in xs) > 8 or packs[0].cols % (256 * sv["u"]) or not self.vec_ok(packs, xs):
+                raise PtiError(f"{name}: takes at most 8 rows, K a multiple of {256 * sv['u']}, aligned rows")
             stages = self.stream_stages(variant, xs)
             if stages < 2:
                 raise PtiError(f"{name}: {self.stream_smem} bytes of shared memory hold fewer than 2 stages")
