@@ -102,8 +102,6 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
         # as matmul_twins: two one-twin launches past its row limit (unless a twin variant is asked for)
         split = twins == 2 and m > TWIN_KERNEL_MAX_ROWS and variant is None
         name = backend.kernel_name(1 if split else twins, m, backend.act_dtype, backend.act_dtype, variant)
-        if variant is None:   # the default choice: the streaming kernel where the call allows it
-            name = backend.streaming(name, sets[0][:1 if split else twins], xs[:1 if split else twins])
         if name not in backend.funcs:
             raise PtiError(f"no kernel {name}")
 

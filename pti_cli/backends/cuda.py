@@ -38,14 +38,6 @@ TC_VARIANTS = {
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4")
 TWIN_KERNEL_MAX_ROWS = 8
-# The streaming kernels (sm_90+, kernels/pti_kernel.hip "streaming kernel"): up to 8 rows per twin,
-# K a multiple of 8U x 32 (whole steps); they replace the register variant of the same twins when a call allows.
-STREAM_VARIANTS = {1: "t1_r1_m1_u4_s1", 2: "t2_r1_m1_u2_s1"}
-STREAM_EXTRA = ("t1_r1_m1_u8_s1", "t2_r1_m1_u4_s1")
-STREAM_RED, STREAM_BARS, STREAM_MAX_STAGES = 16384, 128, 16
-# Shared memory of one streaming CTA: under half an SM's 228 KB, so that the next kernel's CTA fits
-# beside it and starts loading its weights before this one ends (PTI_STREAM_SMEM to experiment).
-STREAM_SMEM = 110 * 1024
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
@@ -80,13 +72,8 @@ def all_variants() -> list[str]:
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2}; streaming variants end in '_s1'."""
+    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2}."""
     return {p[0]: int(p[1:]) for p in name.split("_")}
-
-
-def stream_stage_bytes(twins: int, u: int, rows: int) -> int:
-    """One stage of a streaming kernel: weights, scales and `rows` activation rows per twin."""
-    return twins * (u * 4096 + u * 256) + twins * rows * (u * 512 + 64)
 
 
 SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
@@ -191,24 +178,14 @@ class KernelBackend(Backend):
         for m0 in range(0, total, MAX_ROWS):   # same per-row math in every chunk
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
-            name = self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype, ys[0].dtype)
-            self.launch(packs, xc, yc, self.streaming(name, packs, xc))
+            self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
+                                                          ys[0].dtype))
 
     def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None) -> str:
         tag = ACT_TAGS[act] + ("_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
         return f"pti_mm_{tag}_{variant or variant_for(twins, m)}"
-
-    def streaming(self, name: str, packs: list[Packed], xs: list[torch.Tensor]) -> str:
-        """The streaming variant that may replace kernel `name` for this call, or `name`."""
-        return name
-
-    @staticmethod
-    def vec_ok(packs: list[Packed], xs: list[torch.Tensor]) -> bool:
-        """Activations loadable 16 bytes at a time (columns and row stride multiples of 8)."""
-        ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), packs[0].cols)
-        return packs[0].cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs)
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]):
         """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin."""
@@ -217,7 +194,7 @@ class KernelBackend(Backend):
         rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
         ms = [x.shape[0] for x in xs] + [0]
         ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
-        vec_ok = int(self.vec_ok(packs, xs))
+        vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
         def ptr(t):
             return t.data_ptr() if t is not None else 0
         pb = packs[1] if len(packs) > 1 else None
@@ -288,21 +265,6 @@ class CudaBackend(KernelBackend):
             if not self.generic:
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
                           for v in all_variants()]
-            # streaming kernels: sm_90+ (bulk copies); PTI_STREAM=0 turns them off
-            self.stream = not self.generic and major >= 9 and os.environ.get("PTI_STREAM", "1") != "0"
-            self.stream_smem = int(os.environ.get("PTI_STREAM_SMEM", STREAM_SMEM))
-            self.stream_ctas = int(os.environ.get("PTI_STREAM_CTAS", "1"))   # per SM
-            self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
-            if major >= 9 and not self.generic:
-                for a in ACT_TAGS:
-                    for o in ("f32", "out"):
-                        for v in (*STREAM_VARIANTS.values(), *STREAM_EXTRA):
-                            n = f"pti_mm_{ACT_TAGS[a]}_{o}_{v}"
-                            f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()),
-                                                    f"cuModuleGetFunction {n}")
-                            _cu(driver.cuFuncSetAttribute(
-                                f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                self.stream_smem), f"shared memory of {n}")
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if n.startswith("pti_mm_"):
@@ -313,38 +275,10 @@ class CudaBackend(KernelBackend):
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
         self.pdl = major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
 
-    def streaming(self, name: str, packs: list[Packed], xs: list[torch.Tensor]) -> str:
-        twins = len(packs)
-        if not self.stream or not name.endswith("_" + TC_VARIANTS[twins][0][1]) or \
-                max(x.shape[0] for x in xs) > TC_VARIANTS[twins][0][0]:
-            return name
-        v = STREAM_VARIANTS[twins]
-        if packs[0].cols % (256 * split_variant(v)["u"]) or not self.vec_ok(packs, xs) or \
-                self.stream_stages(v, xs) < 2:
-            return name
-        return name[: -len(TC_VARIANTS[twins][0][1])] + v
-
-    def stream_stages(self, variant: str, xs: list[torch.Tensor]) -> int:
-        """Stages of a streaming kernel's ring within its shared memory, for these activations."""
-        sv = split_variant(variant)
-        stage = stream_stage_bytes(sv["t"], sv["u"], max(x.shape[0] for x in xs))
-        return min(STREAM_MAX_STAGES, (self.stream_smem - STREAM_RED - STREAM_BARS) // stage)
-
     def launch(self, packs, xs, ys, name: str) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys)
-        smem = self.smem.get(name, 0)
-        if name.endswith("_s1"):   # a streaming kernel: one CTA per SM loops over the row groups
-            variant = name.split("_", 4)[4]
-            sv = split_variant(variant)
-            if max(x.shape[0] for x in xs) > 8 or packs[0].cols % (256 * sv["u"]) or not self.vec_ok(packs, xs):
-                raise PtiError(f"{name}: takes at most 8 rows, K a multiple of {256 * sv['u']}, aligned rows")
-            stages = self.stream_stages(variant, xs)
-            if stages < 2:
-                raise PtiError(f"{name}: {self.stream_smem} bytes of shared memory hold fewer than 2 stages")
-            grid = min(-(-packs[0].rows // 16), self.sm_count * self.stream_ctas)
-            smem = STREAM_RED + STREAM_BARS + stages * stream_stage_bytes(sv["t"], sv["u"], max(x.shape[0] for x in xs))
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), smem, stream,
+        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
                       (vals, types), self.pdl, f"launch {name}")
 
     def stream_read(self, buf: torch.Tensor, blocks: int) -> torch.Tensor:

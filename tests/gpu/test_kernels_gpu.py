@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from pti_cli.backends.repack import join_ssq16
-from pti_cli.errors import PtiError
 
 pytestmark = pytest.mark.gpu
 
@@ -239,43 +238,6 @@ def test_every_variant_gives_the_same_bits(backend, k):
                     one = poisoned(1, n, torch.float32)
                     backend.launch([w.packs[tw]], [xs[tw][i:i + 1]], [one], "pti_mm_bf16_f32_t1_r1_m1_u8")
                     assert torch.equal(ys[tw][i].view(torch.int32), one[0].view(torch.int32)), (v, m, i)
-
-
-@pytest.mark.parametrize("n,k", [(300, 2048), (4096, 1024), (1000, 4096), (77, 14336)])
-def test_streaming_kernels_give_the_same_bits(backend, n, k):
-    """The streaming (bulk-copy) kernels give every row the bits of the register kernels, for
-    1-8 rows per twin, odd row counts (a partial last row group) and row groups not dividing
-    the grid; every element is written (outputs poisoned); the host picks them by default."""
-    from pti_cli.backends.cuda import STREAM_EXTRA, STREAM_VARIANTS, split_variant
-    if not getattr(backend, "stream", False):
-        pytest.skip("streaming kernels need sm_90+")
-    mats = [rand_q8(n, k), rand_q8(n, k)]
-    w = load(backend, mats, k)
-    for v in (*STREAM_VARIANTS.values(), *STREAM_EXTRA):
-        t = split_variant(v)["t"]
-        if k % (256 * split_variant(v)["u"]):
-            continue
-        for m in (1, 2, 5, 8):
-            for out in (torch.float32, torch.bfloat16):
-                tag = "f32" if out == torch.float32 else "out"
-                xs = [rand_x(m, k, torch.bfloat16) for _ in range(t)]
-                ys = [poisoned(m, n, out) for _ in range(t)]
-                if backend.stream_stages(v, xs) < 2:   # the ring does not fit: refused, not run
-                    with pytest.raises(PtiError, match="fewer than 2 stages"):
-                        backend.launch(w.packs[:t], xs, ys, f"pti_mm_bf16_{tag}_{v}")
-                    continue
-                backend.launch(w.packs[:t], xs, ys, f"pti_mm_bf16_{tag}_{v}")
-                refs = [poisoned(m, n, out) for _ in range(t)]
-                backend.launch(w.packs[:t], xs, refs, f"pti_mm_bf16_{tag}_t{t}_r1_m1_u{4 if t == 2 else 8}")
-                for tw in range(t):
-                    assert torch.equal(ys[tw].view(torch.int16 if tag == "out" else torch.int32),
-                                       refs[tw].view(torch.int16 if tag == "out" else torch.int32)), (v, m, tag)
-                    if tag == "f32":
-                        check_close(ys[tw], xs[tw], *mats[tw], k)
-    x = rand_x(3, k, torch.bfloat16)
-    name = backend.kernel_name(1, 3, torch.bfloat16, torch.float32)
-    assert backend.streaming(name, w.packs[:1], [x]).endswith("_s1") == (k % 1024 == 0)
-    assert backend.streaming(name, w.packs[:1], [rand_x(9, k, torch.bfloat16)]) == name   # 9 rows: register kernel
 
 
 def test_dependent_chain_with_programmatic_launch(backend):
