@@ -100,21 +100,6 @@ def _file_span(src, nbytes: int) -> FileSpan | None:
     return span if span.nbytes == nbytes and span.offset >= 0 else None
 
 
-def interleave_q8_into(raw_a: np.ndarray, raw_b: np.ndarray, out: np.ndarray) -> None:
-    """SSQ16 bytes of two twins' Q8_0 rows uint8 [n, nb*34] into out uint8 [n, nb*68]
-    (format.pack_ssq16_q8's layout, written into a given buffer): the scales as
-    2-byte words, then one strided byte copy per twin (fastest of the numpy
-    variants measured: docs/perf.md)."""
-    n = raw_a.shape[0]
-    a, b = raw_a.reshape(n, -1, F.Q8_BLOCK_BYTES), raw_b.reshape(n, -1, F.Q8_BLOCK_BYTES)
-    o = out.reshape(n, -1, F.SSQ16_BLOCK_BYTES)
-    words = o.view("<u2")
-    words[:, :, 0] = a.view("<u2")[:, :, 0]
-    words[:, :, 1] = b.view("<u2")[:, :, 0]
-    o[:, :, 4::2] = b[:, :, 2:]
-    o[:, :, 5::2] = a[:, :, 2:]
-
-
 class _Scratch:
     """Row-chunk buffers reused by every chunk and tensor (grown when needed), one
     set per thread: the writer runs thread-safe fills on worker threads."""
@@ -148,7 +133,7 @@ def _ssq16_from_files(files: SourceFiles, scratch: _Scratch, span_a: FileSpan, s
 
 
 def _interleave(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    interleave_q8_into(a, b, out)      # one name to patch in tests (fault injection)
+    F.interleave_q8_into(a, b, out)    # one name to patch in tests (fault injection)
 
 
 def _vector_plan(name: str, src) -> TensorPlan:
@@ -335,8 +320,7 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
             check_free_space(tmp.parent, estimate_size(kvs, plans))
             on_start(sum(p.nbytes for p in plans))
             try:
-                # replacing a file: ext4 flushes ours at the rename, so start that early
-                header_len = write_ssq_gguf(tmp, a.arch, kvs, plans, written, writeback=output.exists())
+                header_len = write_ssq_gguf(tmp, a.arch, kvs, plans, written)
                 sha = [h.result() for h in hashers]
                 patch_string_array(tmp, header_len, F.KEY_SHA256, [sha[0], sha[-1]])
             except OSError as e:

@@ -322,7 +322,6 @@ def test_kernel_copy_and_user_space_fallback_give_the_same_file(twins, tmp_path,
         assert len(calls) > fail_after
         outs[name] = (tmp_path / f"{name}.ssq").read_bytes()
     monkeypatch.delattr(write_mod.os, "copy_file_range")
-    monkeypatch.setattr(write_mod, "_SYNC_FILE_RANGE", None)          # and no writeback hint either
     pack(a, None, tmp_path / "absent.ssq")
     outs["absent"] = (tmp_path / "absent.ssq").read_bytes()
     monkeypatch.setattr(pack_mod, "_file_span", lambda src, nbytes: None)

@@ -68,20 +68,30 @@ def pack_ssq16(qa: np.ndarray, da: np.ndarray, qb: np.ndarray, db: np.ndarray) -
     return out.reshape(rows, nb * SSQ16_BLOCK_BYTES)
 
 
+def interleave_q8_into(raw_a: np.ndarray, raw_b: np.ndarray, out: np.ndarray) -> None:
+    """SSQ16 bytes of two twins' Q8_0 rows uint8 [rows, nb*34] (contiguous) into out
+    uint8 [rows, nb*68] (contiguous).  A 68-byte block is 34 little-endian words and
+    a Q8_0 block 34 bytes, so word j = (A byte j << 8) | B byte j is the output for
+    j >= 2 (the quants); words 0 and 1 then get the two scales.  Two long SIMD
+    passes and two short strided ones: 2.7x faster than one strided byte copy per
+    twin (docs/perf.md, ssq/pack)."""
+    words = out.view("<u2").reshape(raw_a.shape)
+    np.left_shift(raw_a, 8, out=words, dtype=np.uint16)
+    np.bitwise_or(words, raw_b, out=words)
+    rows = raw_a.shape[0]
+    blocks = words.reshape(rows, -1, Q8_BLOCK_BYTES)
+    blocks[:, :, 0] = raw_a.reshape(rows, -1, Q8_BLOCK_BYTES).view("<u2")[:, :, 0]
+    blocks[:, :, 1] = raw_b.reshape(rows, -1, Q8_BLOCK_BYTES).view("<u2")[:, :, 0]
+
+
 def pack_ssq16_q8(raw_a: np.ndarray, raw_b: np.ndarray) -> np.ndarray:
     """The same interleave straight from two twins' Q8_0 bytes uint8 [rows, nb*34]
-    (one strided copy per byte lane, no split into ints and scales first)."""
-    rows = raw_a.shape[0]
-    a = np.ascontiguousarray(raw_a).reshape(rows, -1, Q8_BLOCK_BYTES)
-    b = np.ascontiguousarray(raw_b).reshape(rows, -1, Q8_BLOCK_BYTES)
-    nb = a.shape[1]
-    out = np.empty((rows, nb, SSQ16_BLOCK_BYTES), dtype=np.uint8)
-    words = out.view("<u2")            # the scales as 2-byte words: 30% faster than byte pairs
-    words[:, :, 0] = a.view("<u2")[:, :, 0]
-    words[:, :, 1] = b.view("<u2")[:, :, 0]
-    out[:, :, 4::2] = b[:, :, 2:]
-    out[:, :, 5::2] = a[:, :, 2:]
-    return out.reshape(rows, nb * SSQ16_BLOCK_BYTES)
+    (no split into ints and scales first)."""
+    raw_a, raw_b = np.ascontiguousarray(raw_a, np.uint8), np.ascontiguousarray(raw_b, np.uint8)
+    rows, nbytes = raw_a.shape
+    out = np.empty((rows, 2 * nbytes), dtype=np.uint8)
+    interleave_q8_into(raw_a, raw_b, out)
+    return out
 
 
 def unpack_ssq16(raw: np.ndarray, twin: int) -> tuple[np.ndarray, np.ndarray]:
