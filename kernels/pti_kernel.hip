@@ -449,6 +449,13 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 // shared memory (the reduction).
 #define PTI_TC_ALL(TAG, TIN, TOUT)                                \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 1)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 3)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u5, TIN, TOUT, 1, 1, 1, 5, 3)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u3, TIN, TOUT, 1, 1, 1, 3, 4)  \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2, TIN, TOUT, 2, 1, 1, 2, 3)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u2, TIN, TOUT, 1, 1, 2, 2, 3)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3, TIN, TOUT, 1, 1, 2, 3, 3)  \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1, TIN, TOUT, 1, 1, 4, 1, 3)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4, 1)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4, 1)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2, 1)  \
