@@ -101,7 +101,7 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
         ys = [torch.empty(m, n, device=backend.device, dtype=backend.act_dtype) for _ in range(twins)]
         # as matmul_twins: two one-twin launches past its row limit (unless a twin variant is asked for)
         split = twins == 2 and m > TWIN_KERNEL_MAX_ROWS and variant is None
-        name = backend.kernel_name(1 if split else twins, m, backend.act_dtype, backend.act_dtype, variant)
+        name = backend.kernel_name(1 if split else twins, m, backend.act_dtype, backend.act_dtype, variant, rows=n)
         if name not in backend.funcs:
             raise PtiError(f"no kernel {name}")
 

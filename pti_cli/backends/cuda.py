@@ -29,17 +29,18 @@ THREADS = 256
 TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 
 # (twins, max rows) -> kernel suffix "t{twins}_r{row groups per CTA}_m{row tiles}_u{blocks per step}"
-# (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md).  Twins with more than 8
-# rows go as two one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
+# (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md): the first for matrices
+# of few row groups, the second (fewer registers, 3 CTAs per SM) for at least WIDE_ROW_GROUPS_PER_SM
+# row groups per SM, e.g. 6144 or 28672 rows on an H200.  Twins with more than 8 rows go as two
+# one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
 TC_VARIANTS = {
-    1: ((8, "t1_r1_m1_u8"), (16, "t1_r1_m2_u4"), (32, "t1_r1_m4_u2"), (64, "t1_r1_m8_u1")),
-    2: ((8, "t2_r1_m1_u4"),),
+    1: ((8, "t1_r1_m1_u8", "t1_r1_m1_u4"), (16, "t1_r1_m2_u4", "t1_r1_m2_u3"), (32, "t1_r1_m4_u2", "t1_r1_m4_u1"),
+        (64, "t1_r1_m8_u1", "t1_r1_m8_u1")),
+    2: ((8, "t2_r1_m1_u4", "t2_r1_m1_u2"),),
 }
+WIDE_ROW_GROUPS_PER_SM = 2.5
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
-                  "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4",
-                  # fewer registers, 3-4 CTAs per SM (more warps to hide the conversion's latency)
-                  "t1_r1_m1_u3", "t1_r1_m1_u4", "t1_r1_m1_u5", "t2_r1_m1_u2", "t1_r1_m2_u2", "t1_r1_m2_u3",
-                  "t1_r1_m4_u1")
+                  "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u3", "t1_r1_m1_u5", "t1_r1_m2_u2")
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -63,15 +64,16 @@ class KernelMatrix:
         return sum(p.nbytes for p in self.packs)
 
 
-def variant_for(twins: int, m: int) -> str:
-    for limit, name in TC_VARIANTS[twins]:
+def variant_for(twins: int, m: int, wide: bool = False) -> str:
+    """The variant for m rows; `wide`: a matrix of many row groups per SM."""
+    for limit, name, wide_name in TC_VARIANTS[twins]:
         if m <= limit:
-            return name
+            return wide_name if wide else name
     raise AssertionError(m)
 
 
 def all_variants() -> list[str]:
-    return sorted({v for vs in TC_VARIANTS.values() for _, v in vs} | set(EXTRA_VARIANTS))
+    return sorted({v for vs in TC_VARIANTS.values() for _, a, b in vs for v in (a, b)} | set(EXTRA_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
@@ -98,6 +100,7 @@ class KernelBackend(Backend):
         self.act_dtype = act_dtype
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
+        self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
         self._load_module()
@@ -182,13 +185,16 @@ class KernelBackend(Backend):
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
-                                                          ys[0].dtype))
+                                                          ys[0].dtype, rows=packs[0].rows))
 
-    def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None) -> str:
+    def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None,
+                    rows: int = 0) -> str:
+        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few)."""
         tag = ACT_TAGS[act] + ("_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
-        return f"pti_mm_{tag}_{variant or variant_for(twins, m)}"
+        wide = rows / 16 >= WIDE_ROW_GROUPS_PER_SM * self.sm_count
+        return f"pti_mm_{tag}_{variant or variant_for(twins, m, wide)}"
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]):
         """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin."""
