@@ -169,47 +169,40 @@ extern "C" __global__ void silu_mul_##SUF(const T* gu, bf16_t* out, int F, long 
 INSTANTIATE(bf16_t, bf16)
 INSTANTIATE(float, f32)
 
+// Keys sit in shared memory in rows of HD + 8 bf16 (KSTR): one thread reads one key,
+// 16 bytes at a time, and the padding puts neighbouring threads' rows in different banks.
+#define KSTR(HD) ((HD) + 8)
+
 // Scores of the chunk's nt keys for G heads into sc, then per head: max into mx,
-// exp(score - max) into sc, their sum into sm.  Each (key, head) dot product is
-// one warp's fixed shuffle tree; softmax reductions are fixed trees too.
+// exp(score - max) into sc, their sum into sm.  Thread t computes key t's dot
+// products with every head's query, sequentially over the dimensions (about 1.4
+// instructions per multiply-add; a warp per key with a shuffle tree took 4); the
+// softmax reductions are fixed trees.  Every order is fixed by the key's place in
+// its chunk, never by the number of rows.
 template <int HD, int NG>
 __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], float (*sc)[ATTN_CHUNK],
                                             float* mx, float* sm, int nt, int G) {
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    constexpr int PER = HD / WARP;
-    float q[NG][PER];   // this lane's slice of every head's query, loaded once
-#pragma unroll
-    for (int g = 0; g < NG; g++)
-#pragma unroll
-        for (int j = 0; j < PER; j++) q[g][j] = g < G ? qs[g][lane * PER + j] : 0.f;
-    for (int t = w; t < nt; t += nw) {
-        float k[PER];
-        if (PER == 4) {   // one 8-byte load
-            uint2 kv = *(const uint2*)&ks[t * HD + lane * 4];
-            k[0] = bf2f(kv.x & 0xffff); k[1] = bf2f(kv.x >> 16);
-            k[2 % PER] = bf2f(kv.y & 0xffff); k[3 % PER] = bf2f(kv.y >> 16);
-        } else {
-#pragma unroll
-            for (int j = 0; j < PER; j++) k[j] = bf2f(ks[t * HD + lane * PER + j]);
-        }
+    for (int t = threadIdx.x; t < nt; t += blockDim.x) {
         float s[NG];
 #pragma unroll
-        for (int g = 0; g < NG; g++) {
-            s[g] = 0.f;
+        for (int g = 0; g < NG; g++) s[g] = 0.f;
+#pragma unroll 4
+        for (int d0 = 0; d0 < HD; d0 += 8) {
+            uint4 kv = *(const uint4*)&ks[t * KSTR(HD) + d0];
+            float k[8] = {bf2f(kv.x & 0xffff), bf2f(kv.x >> 16), bf2f(kv.y & 0xffff), bf2f(kv.y >> 16),
+                          bf2f(kv.z & 0xffff), bf2f(kv.z >> 16), bf2f(kv.w & 0xffff), bf2f(kv.w >> 16)};
 #pragma unroll
-            for (int j = 0; j < PER; j++) s[g] += q[g][j] * k[j];
+            for (int g = 0; g < NG; g++) {
+                float4 qa = *(const float4*)&qs[g][d0], qb = *(const float4*)&qs[g][d0 + 4];
+                s[g] = __fmaf_rn(qa.x, k[0], s[g]); s[g] = __fmaf_rn(qa.y, k[1], s[g]);
+                s[g] = __fmaf_rn(qa.z, k[2], s[g]); s[g] = __fmaf_rn(qa.w, k[3], s[g]);
+                s[g] = __fmaf_rn(qb.x, k[4], s[g]); s[g] = __fmaf_rn(qb.y, k[5], s[g]);
+                s[g] = __fmaf_rn(qb.z, k[6], s[g]); s[g] = __fmaf_rn(qb.w, k[7], s[g]);
+            }
         }
 #pragma unroll
-        for (int m = WARP / 2; m > 0; m >>= 1) {
-#pragma unroll
-            for (int g = 0; g < NG; g++) s[g] += SHFL_XOR(s[g], m);
-        }
-        if (lane < G) {
-            float mine = s[0];
-#pragma unroll
-            for (int g = 1; g < NG; g++) if (lane == g) mine = s[g];
-            sc[lane][t] = mine;
-        }
+        for (int g = 0; g < NG; g++) if (g < G) sc[g][t] = s[g];
     }
     __syncthreads();
     for (int g = w; g < G; g += nw) {   // one warp per head; lanes take keys lane, lane + WARP, ...
@@ -224,18 +217,34 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
     __syncthreads();
 }
 
-// Un-normalised output of the chunk, (head g, dim d) per item, items spread over the
-// block's threads; each item sums its keys in key order (the same bits however many
-// threads share the items).
-template <int HD>
+// Un-normalised output of the chunk: thread i takes dimensions 2i and 2i + 1 of
+// every head (one load of the value pair serves all G heads), summing the keys in
+// key order with fused multiply-adds.
+template <int HD, int NG>
 __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK], int nt, int G, float* part_acc,
                                         long row_head0, int n_chunks, int c) {
-    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-        const int g = i / HD, d = i % HD;
-        float acc = 0.f;
+    for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
+        float a0[NG], a1[NG];
+#pragma unroll
+        for (int g = 0; g < NG; g++) a0[g] = a1[g] = 0.f;
 #pragma unroll 4
-        for (int t = 0; t < nt; t++) acc += sc[g][t] * bf2f(vs[t * HD + d]);
-        part_acc[((row_head0 + g) * n_chunks + c) * HD + d] = acc;
+        for (int t = 0; t < nt; t++) {
+            unsigned v = *(const unsigned*)&vs[t * HD + 2 * i];
+            float v0 = bf2f(v & 0xffff), v1 = bf2f(v >> 16);
+#pragma unroll
+            for (int g = 0; g < NG; g++) {
+                float pr = sc[g][t];
+                a0[g] = __fmaf_rn(pr, v0, a0[g]);
+                a1[g] = __fmaf_rn(pr, v1, a1[g]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < NG; g++)
+            if (g < G) {
+                float* o = part_acc + ((row_head0 + g) * n_chunks + c) * HD + 2 * i;
+                o[0] = a0[g];
+                o[1] = a1[g];
+            }
     }
 }
 
@@ -255,9 +264,9 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
                              const int* slot, float* part_acc, float* part_ml, int H, int Hk, int ctx1,
                              int n_chunks, float scale, int* counters, bf16_t* out) {
     PDL_ENTRY();
-    __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * HD];
+    __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * KSTR(HD)];
     __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
-    __shared__ float qs[NG][HD];
+    __shared__ __align__(16) float qs[NG][HD];
     __shared__ float sc[NG][ATTN_CHUNK];
     __shared__ float mx[NG], sm[NG];
     int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, p = pos[m];
@@ -276,13 +285,13 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
 #pragma unroll
     for (int j = 0; j < N4 / ATTN_THREADS; j++) {
         int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < n4) { ((uint4*)ks)[i] = k4[i]; ((uint4*)vs)[i] = v4[i]; }
+        if (i < n4) { ((uint4*)ks)[i + i / (HD / 8)] = k4[i]; ((uint4*)vs)[i] = v4[i]; }   // K rows padded by 16 bytes
     }
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
         qs[i / HD][i % HD] = bf2f(q[((long)m * H + kh * G) * HD + i]) * scale;
     __syncthreads();
     attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
-    attn_pv<HD>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
+    attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
         part_ml[o] = mx[threadIdx.x];
@@ -437,9 +446,9 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
                           bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, int* counters, bf16_t* out,
                           int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox) {
     PDL_ENTRY();
-    __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * HD];
+    __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * KSTR(HD)];
     __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
-    __shared__ float qs[NG][HD];
+    __shared__ __align__(16) float qs[NG][HD];
     __shared__ float sc[NG][ATTN_CHUNK];
     __shared__ float mx[NG], sm[NG];
     __shared__ int last;
@@ -462,7 +471,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
 #pragma unroll
     for (int j = 0; j < N4 / ATTN_THREADS; j++) {
         int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < n4) { ((uint4*)ks)[i] = k4[i]; ((uint4*)vs)[i] = v4[i]; }
+        if (i < n4) { ((uint4*)ks)[i + i / (HD / 8)] = k4[i]; ((uint4*)vs)[i] = v4[i]; }   // K rows padded by 16 bytes
     }
     // this pass's keys (rotated) and values, from qkv rows m - (p - t)
     for (int i = threadIdx.x; i < (nt - n_old) * half; i += blockDim.x) {
@@ -471,8 +480,8 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         long src = (long)(m - (p - t)) * row_len + (long)(H + kh) * HD;
         float ra, rb;
         rope_pair(ld(qkv, src + ia), ld(qkv, src + ib), cos_t[(long)t * half + j], sin_t[(long)t * half + j], ra, rb);
-        ks[(t - t0) * HD + ia] = f2bf(ra);
-        ks[(t - t0) * HD + ib] = f2bf(rb);
+        ks[(t - t0) * KSTR(HD) + ia] = f2bf(ra);
+        ks[(t - t0) * KSTR(HD) + ib] = f2bf(rb);
         long vsrc = (long)(m - (p - t)) * row_len + (long)(H + Hk + kh) * HD;
         vs[(t - t0) * HD + ia] = f2bf(ld(qkv, vsrc + ia));
         vs[(t - t0) * HD + ib] = f2bf(ld(qkv, vsrc + ib));
@@ -490,11 +499,11 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
     __syncthreads();
     if (c == p / ATTN_CHUNK)   // this row's own position, for later passes
         for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-            kc[kv0 + (long)(p - t0) * HD + d] = ks[(p - t0) * HD + d];
+            kc[kv0 + (long)(p - t0) * HD + d] = ks[(p - t0) * KSTR(HD) + d];
             vc[kv0 + (long)(p - t0) * HD + d] = vs[(p - t0) * HD + d];
         }
     attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
-    attn_pv<HD>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
+    attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
         part_ml[o] = mx[threadIdx.x];
