@@ -34,8 +34,10 @@ def pack(
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bar."),
 ):
     """Pack one or two same-architecture checkpoints into one .ssq twin file."""
+    from .sources.hashing import start_hashes     # stdlib only: the sha256s start before the imports below
+    hashers = start_hashes(a, b)
     from .pack import pack_cli
-    pack_cli(a, b, output, force=force, name_a=name_a, name_b=name_b, quiet=quiet)
+    pack_cli(a, b, output, force=force, name_a=name_a, name_b=name_b, quiet=quiet, hashers=hashers)
 
 
 @app.command()

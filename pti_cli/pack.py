@@ -14,21 +14,19 @@ a reused output buffer, so no chunk allocates or page-faults (docs/perf.md).
 
 from __future__ import annotations
 
-import hashlib
-import mmap
-import os
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, LlamaFileType
 from gguf.constants import GGML_QUANT_VERSION
 
 from .errors import PtiError
+from .sources.hashing import SourceHasher, start_hashes
 from .ssq import format as F
 from .ssq.quantise import quantize_q8_0
 from .ssq.write import (FileSpan, KeyValue, SourceFiles, TensorPlan, atomic_output, check_free_space, check_output,
@@ -39,7 +37,6 @@ ROW_CHUNK_WEIGHTS = 1 << 20      # weights per row chunk and twin (4 MB as f32):
 # storage-describing keys of the source no longer hold for the .ssq file.
 SKIP_KEYS = ("general.architecture", "general.file_type", "general.quantization_version", "general.alignment")
 SKIP_PREFIXES = ("split.", "ssq.")
-HASH_WINDOW = 64 << 20         # bytes of a source mapped and hashed at a time (_Hasher)
 MAX_NAME_LEN = 63              # GGML_MAX_NAME (64) less the terminating NUL
 
 
@@ -221,41 +218,6 @@ def _files(ck) -> list[Path]:
     return list(getattr(ck, "files", None) or [ck.path])
 
 
-class _Hasher(threading.Thread):
-    """sha256 of a checkpoint's weight files in order (Checkpoint.sha256's definition),
-    in a daemon thread that stops early when the pack fails or is interrupted.
-    Hashes the page cache through HASH_WINDOW-sized read-only mappings: no copy
-    into a buffer, and one GIL hand-over per window (with 1 MiB reads, the header
-    parse running meanwhile in the main thread held this thread back 3x)."""
-
-    def __init__(self, files: list[Path], stop: threading.Event):
-        super().__init__(daemon=True)
-        self.files, self.stop, self.digest, self.error = files, stop, None, None
-
-    def run(self) -> None:
-        try:
-            h = hashlib.sha256()
-            for path in self.files:
-                with open(path, "rb", buffering=0) as f:
-                    size = os.fstat(f.fileno()).st_size
-                    for at in range(0, size, HASH_WINDOW):
-                        if self.stop.is_set():
-                            return
-                        with mmap.mmap(f.fileno(), min(HASH_WINDOW, size - at), offset=at, access=mmap.ACCESS_READ) as m:
-                            h.update(m)
-            self.digest = h.hexdigest()
-        except (OSError, ValueError) as e:       # ValueError: the file shrank below a window (mmap past its end)
-            self.error = e if isinstance(e, OSError) else OSError(f"{path}: changed while hashing ({e})")
-
-    def result(self) -> str:
-        self.join()
-        if self.error is not None:
-            raise self.error
-        if self.digest is None:
-            raise OSError("hashing stopped")
-        return self.digest
-
-
 def same_content(a, b) -> bool:
     """Whether two checkpoints' weight files hold the same bytes.  Reads both
     until the first difference (usually within the first chunk)."""
@@ -279,49 +241,61 @@ def _twin_name(path: Path) -> str:
     return path.stem if path.is_file() else path.name
 
 
+def _hasher(files: list[Path], early: Optional[SourceHasher]) -> SourceHasher:
+    """A hasher of a checkpoint's weight files: the one started early when it hashes
+    exactly these files, else a new one (the early one is stopped)."""
+    if early is not None and [p.resolve() for p in early.files] == [Path(p).resolve() for p in files]:
+        return early
+    if early is not None:
+        early.stop()
+    hasher = SourceHasher(files)
+    hasher.start()
+    return hasher
+
+
 def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force: bool = False,
          name_a: Optional[str] = None, name_b: Optional[str] = None,
          on_start: Callable[[int], None] = lambda total: None,
-         on_bytes: Callable[[int], None] = lambda n: None) -> PackResult:
-    """Pack A (default: the embedded model) and optionally B into `output`."""
+         on_bytes: Callable[[int], None] = lambda n: None,
+         hashers: Sequence[Optional[SourceHasher]] = ()) -> PackResult:
+    """Pack A (default: the embedded model) and optionally B into `output`.
+    hashers: sources.hashing.start_hashes(a_path, b_path), when the caller started
+    them earlier (pack stops them when it ends); by default pack starts them."""
     from .sources.checkpoint import check_twins, open_checkpoint
     t0 = time.perf_counter()
-    check_output(Path(output), force)      # fail before the slow reading of checkpoints
-    if a_path is None:
-        from .default_model import default_gguf
-        a_path = default_gguf()
-    # The sources' sha256s go in the header, but hashing reads every byte once more:
-    # hash in threads (hashlib and file reads release the GIL) while the data are
-    # written, with fixed-length placeholders in the header patched at the end.
-    # A single-file A starts hashing before its header is parsed (a checkpoint's
-    # files are that one file then; checked below).
-    stop = threading.Event()
-    hashers: list[_Hasher] = []
-    # Replacing a file: its page cache is garbage once replaced; freed just ahead of
-    # our writes, the new file's pages reuse it (ssq/write.OldPages).
-    old = OldPages(Path(output)) if force and Path(output).is_file() else None
-
-    def written(n: int) -> None:
-        if old is not None:
-            old.advance(n)
-        on_bytes(n)
+    running: list[SourceHasher] = [h for h in hashers if h is not None]     # all stopped at the end
+    old = None
     try:
-        if Path(a_path).is_file():
-            hashers.append(_Hasher([Path(a_path)], stop))
-            hashers[0].start()
+        check_output(Path(output), force)      # fail before the slow reading of checkpoints
+        if a_path is None:
+            from .default_model import default_gguf
+            a_path = default_gguf()
+        # The sources' sha256s go in the header, but hashing reads every byte once more:
+        # hash in threads while the data are written, with fixed-length placeholders in
+        # the header patched at the end.  Single files start hashing before their headers
+        # are parsed (a checkpoint's files are then that one file; checked below).
+        early = list(hashers) if hashers else start_hashes(a_path, b_path)
+        early += [None] * (2 - len(early))
+        running += [h for h in early if h is not None]
+        # Replacing a file: its page cache is garbage once replaced; freed just ahead
+        # of our writes, the new file's pages reuse it (ssq/write.OldPages).
+        old = OldPages(Path(output)) if force and Path(output).is_file() else None
+
+        def written(n: int) -> None:
+            if old is not None:
+                old.advance(n)
+            on_bytes(n)
         a = open_checkpoint(Path(a_path))
-        if not hashers or hashers[0].files != _files(a):
-            stop.set()
-            stop = threading.Event()
-            hashers = [_Hasher(_files(a), stop)]
-            hashers[0].start()
+        hash_a = _hasher(_files(a), early[0])
         b = open_checkpoint(Path(b_path)) if b_path is not None else None
         if b is not None:
             check_twins(a, b)
         identical = b is None or same_content(a, b)
-        if not identical:
-            hashers.append(_Hasher(_files(b), stop))
-            hashers[1].start()
+        hash_b = None if identical else _hasher(_files(b), early[1])
+        running += [h for h in (hash_a, hash_b) if h is not None]
+        for h in early:
+            if h is not None and h not in (hash_a, hash_b):
+                h.stop()                       # B identical to A, or files other than expected
         names = (name_a or _twin_name(a.path),
                  name_b or (_twin_name(b.path) if b is not None else name_a or _twin_name(a.path)))
         kvs = metadata_kvs(a, b, names, identical, sha256=PENDING_SHA)
@@ -332,13 +306,14 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
             on_start(sum(p.nbytes for p in plans))
             try:
                 header_len = write_ssq_gguf(tmp, a.arch, kvs, plans, written)
-                sha = [h.result() for h in hashers]
-                patch_string_array(tmp, header_len, F.KEY_SHA256, [sha[0], sha[-1]])
+                sha_a = hash_a.result()
+                patch_string_array(tmp, header_len, F.KEY_SHA256, [sha_a, hash_b.result() if hash_b else sha_a])
             except OSError as e:
                 raise PtiError(f"writing {output} failed: {e.strerror or e}") from None
             size = tmp.stat().st_size
     finally:
-        stop.set()
+        for h in running:
+            h.stop()
         if old is not None:
             old.close()
     return PackResult(output, F.MODE_IDENTICAL if identical else F.MODE_TWIN, identical, size,
@@ -346,12 +321,16 @@ def pack(a_path: Optional[Path], b_path: Optional[Path], output: Path, *, force:
 
 
 def pack_cli(a: Optional[Path], b: Optional[Path], output: Path, *, force: bool = False,
-             name_a: Optional[str] = None, name_b: Optional[str] = None, quiet: bool = False) -> PackResult:
-    """The `pti pack` command: pack() with a rich progress bar of bytes written."""
+             name_a: Optional[str] = None, name_b: Optional[str] = None, quiet: bool = False,
+             hashers: Sequence[Optional[SourceHasher]] = ()) -> PackResult:
+    """The `pti pack` command: pack() with a rich progress bar of bytes written
+    (quiet: no bar, no summary line, and rich not imported: 20 ms of start-up)."""
+    if quiet:
+        return pack(a, b, output, force=force, name_a=name_a, name_b=name_b, hashers=hashers)
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
     console = Console(stderr=True)
-    show = not quiet and console.is_terminal
+    show = console.is_terminal
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                         TimeRemainingColumn(), console=console, disable=not show, transient=False)
     task: list[Any] = [progress.add_task("reading checkpoints", total=None)]
@@ -361,10 +340,9 @@ def pack_cli(a: Optional[Path], b: Optional[Path], output: Path, *, force: bool 
         task[0] = progress.add_task("packing", total=total)
 
     with progress:
-        result = pack(a, b, output, force=force, name_a=name_a, name_b=name_b,
+        result = pack(a, b, output, force=force, name_a=name_a, name_b=name_b, hashers=hashers,
                       on_start=start, on_bytes=lambda n: progress.advance(task[0], n))
-    if not quiet:
-        kind = "identical twins, Q8_0" if result.identical else "two twins, SSQ16"
-        print(f"wrote {result.output} ({result.bytes_written / 1e6:.1f} MB, mode {result.mode}: {kind}) "
-              f"in {result.seconds:.1f} s", file=sys.stdout)
+    kind = "identical twins, Q8_0" if result.identical else "two twins, SSQ16"
+    print(f"wrote {result.output} ({result.bytes_written / 1e6:.1f} MB, mode {result.mode}: {kind}) "
+          f"in {result.seconds:.1f} s", file=sys.stdout)
     return result
