@@ -30,7 +30,7 @@
 
 #define ATTN_CHUNK 64
 #define MAX_G 8        // query heads per KV head; kernels are instantiated for NG = 1, 2, 4, 8 >= G
-#define ATTN_THREADS 128   // the scores and the value sum take 64 threads (HD = 128); more only wait at barriers
+#define ATTN_THREADS 256
 #define NEG_INF __int_as_float(0xff800000)
 
 typedef unsigned short bf16_t;

@@ -46,11 +46,6 @@ class _Module:
         self.mod = _check(driver.cuModuleLoadData(binary), "cuModuleLoadData")
         self.fn = {n: _check(driver.cuModuleGetFunction(self.mod, n.encode()), f"cuModuleGetFunction({n})")
                    for n in names}
-        for n in names:   # attention blocks hold 37-40 KB of shared memory: ask for all of it, so 5 fit per SM
-            if n.startswith("attn_"):
-                _check(driver.cuFuncSetAttribute(
-                    self.fn[n], driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
-                    f"shared memory carveout of {n}")
 
     def launch(self, name: str, grid: tuple, block: tuple, args: list[tuple[Any, Any]]) -> None:
         vals = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a, _ in args)
@@ -60,7 +55,7 @@ class _Module:
 
 
 GROUPS = (1, 2, 4, 8)     # attention kernels are instantiated for these query heads per KV head (>= the model's)
-ATTN_THREADS = 128       # kernels/pti_ops.hip ATTN_THREADS
+ATTN_THREADS = 256       # kernels/pti_ops.hip ATTN_THREADS
 KERNELS = (["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16", "silu_mul_f32",
             "attn_combine_64", "attn_combine_128", "stream_read"]
            + [f"attn_{k}_{hd}_g{g}" for k in ("partial", "fused") for hd in (64, 128) for g in GROUPS]
