@@ -40,9 +40,15 @@ class Row:
     vs_m1: float       # time / time at M = 1 (same shape, kind and variant policy)
 
 
-def _time_graph(fn, reps: int = 15) -> float:
-    """Median seconds of one replay of a graph capturing fn()."""
-    fn()
+def time_graph(fn, reps: int = 15) -> float:
+    """Median seconds of one replay of a graph capturing fn() (warmed up on a side stream first,
+    as torch asks before a capture)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
@@ -64,8 +70,8 @@ def read_bandwidth(backend, nbytes: int = 8 << 30) -> dict:
     buf = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=backend.device).uniform_(-1, 1)
     sms = torch.cuda.get_device_properties(backend.device).multi_processor_count
     out = {"bytes": nbytes}
-    out["torch_sum"] = nbytes / _time_graph(lambda: buf.sum(dtype=torch.float32), 5)
-    out["stream_kernel"] = nbytes / _time_graph(lambda: backend.stream_read(buf, sms * 8), 5)
+    out["torch_sum"] = nbytes / time_graph(lambda: buf.sum(dtype=torch.float32), 5)
+    out["stream_kernel"] = nbytes / time_graph(lambda: backend.stream_read(buf, sms * 8), 5)
     out["denominator"] = max(out["torch_sum"], out["stream_kernel"])
     del buf
     torch.cuda.empty_cache()
@@ -113,7 +119,7 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
                 else:
                     backend.launch(sets[i % copies], xs, ys, name)
 
-        t = _time_graph(calls) / reps
+        t = time_graph(calls) / reps
         nbytes = twins * (one.nbytes + 2 * m * k + 2 * m * n)
         t1 = t if m == ms[0] else t1
         rows.append(Row(kind, n, k, m, name.split("_", 4)[4] + (" x2" if split else ""), t * 1e6, nbytes / t / 1e9, 100 * nbytes / t / denom,

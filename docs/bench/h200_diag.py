@@ -10,36 +10,19 @@ non-matmul op alone x the count per pass.  Prints one JSON line and a table.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 
 import torch
 
 from pti_cli.bench import build_model, measure_read_bandwidth
+from pti_cli.bench_kernels import time_graph
 from pti_cli.gpu_model import SeqRows, TorchOps
 from pti_cli.gpu_ops import CudaOps, kernel_backend
 
 
 def graph_time(fn, reps: int = 50) -> float:
-    """Median ms of a CUDA-graph replay of fn (captured after two warm-up calls)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    """Median ms of a CUDA-graph replay of fn (the kernel table's timing)."""
+    return time_graph(fn, reps) * 1e3
 
 
 def main() -> None:
