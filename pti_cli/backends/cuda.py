@@ -6,9 +6,11 @@ CUDA-graph capture), and launched with cuLaunchKernel on the stream torch is
 using at that moment, with torch tensors' device pointers: a pass made of these
 launches can be captured in a CUDA graph.
 
-Kernel choice depends only on M (the activation rows); every variant computes
-each output element in the same order (kernels/pti_kernel.hip, top comment),
-so results are batch-invariant.  More than 64 rows go in chunks of 64.
+Kernel choice depends on M (the activation rows) and on the matrix's number of
+rows (matrices of many row groups per SM take variants that fit 3 CTAs per SM);
+every variant computes each output element in the same order
+(kernels/pti_kernel.hip, top comment), so results are batch-invariant: a row's
+bits never depend on M.  More than 64 rows go in chunks of 64.
 """
 
 from __future__ import annotations
