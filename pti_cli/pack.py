@@ -9,7 +9,10 @@ and quantised here exactly as gguf.quants.quantize(x, Q8_0).
 Fast paths for Q8_0 GGUF sources (whose TensorSource offers q8_file_span): mode 8
 copies each matrix file to file (ssq/write.copy_span: copy_file_range); mode 16
 reads both twins' rows with preadv into reused buffers and interleaves them into
-a reused output buffer, so no chunk allocates or page-faults (docs/perf.md).
+a reused output buffer, so no chunk allocates or page-faults.  The sources are
+hashed in threads from the start (sources/hashing), and an OUT being replaced
+gives its page cache up just ahead of the writes (ssq/write.OldPages): on this
+project's VM, pack's speed is mostly where its memory comes from (docs/perf.md).
 """
 
 from __future__ import annotations

@@ -368,3 +368,116 @@ def test_source_file_shrinking_while_packing(twins, tmp_path, monkeypatch):
             pack(*args, out)
         assert not out.exists() and _leftovers(tmp_path) == []
         monkeypatch.undo()
+
+
+def test_source_hasher_windows_and_files(tmp_path, monkeypatch):
+    """SourceHasher (mapped windows) gives hashlib's digest of the files in order, for
+    sizes around the window; a stopped or failing hasher never returns a digest."""
+    import mmap
+    from pti_cli.sources import hashing
+    w = mmap.ALLOCATIONGRANULARITY
+    monkeypatch.setattr(hashing, "HASH_WINDOW", w)
+    rng = np.random.default_rng()
+    files = []
+    for i, n in enumerate((0, 1, w - 1, w, w + 1, 3 * w + 5)):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+        files.append(p)
+    for group in ([f] for f in files):
+        h = hashing.SourceHasher(group)
+        h.start()
+        assert h.result() == hashlib.sha256(group[0].read_bytes()).hexdigest()
+    h = hashing.SourceHasher(files)
+    h.start()
+    assert h.result() == hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+    h = hashing.SourceHasher(files)
+    h.stop()
+    h.start()
+    with pytest.raises(OSError):
+        h.result()
+    h = hashing.SourceHasher([tmp_path / "missing"])
+    h.start()
+    with pytest.raises(OSError):
+        h.result()
+    # a file that shrank after its size was read: mmap refuses the window, a clear OSError
+    real_fstat = os.fstat
+    monkeypatch.setattr(hashing.os, "fstat", lambda fd: os.stat_result((0,) * 6 + (real_fstat(fd).st_size + w,) + (0,) * 3))
+    h = hashing.SourceHasher([files[-1]])
+    h.start()
+    with pytest.raises(OSError, match="changed while being hashed"):
+        h.result()
+
+
+def test_start_hashes_only_for_single_new_files(twins, tmp_path):
+    from pti_cli.sources.hashing import start_hashes
+    a, b, _, _ = twins
+    hs = start_hashes(a, None, tmp_path, tmp_path / "missing", Path(str(a)), b)
+    assert [h is not None for h in hs] == [True, False, False, False, False, True]
+    assert hs[0].result() == hashlib.sha256(a.read_bytes()).hexdigest()
+    assert hs[-1].result() == hashlib.sha256(b.read_bytes()).hexdigest()
+
+
+def test_early_hashers_for_other_files_are_not_trusted(twins, tmp_path):
+    """pack() uses the hashers the CLI started early only when they hash exactly the
+    checkpoint's files: swapped ones are replaced, and the recorded sha256s stay right."""
+    from pti_cli.sources.hashing import start_hashes
+    a, b, _, _ = twins
+    want = (hashlib.sha256(a.read_bytes()).hexdigest(), hashlib.sha256(b.read_bytes()).hexdigest())
+    for hashers in (start_hashes(a, b), start_hashes(b, a), start_hashes(None, b), [None, None]):
+        out = tmp_path / "t.ssq"
+        pack(a, b, out, force=True, hashers=hashers)
+        assert SSQFile(out).source_sha256 == want
+    early = start_hashes(a, b)
+    pack(a, None, out, force=True, hashers=early)          # no B: its early hasher is stopped
+    assert SSQFile(out).source_sha256 == (want[0],) * 2
+    early[1].join(timeout=10)
+    assert not early[1].is_alive()
+
+
+def test_replacing_out_by_exchange_or_rename_gives_the_same_file(twins, tmp_path, monkeypatch):
+    """--force replaces OUT by renameat2(RENAME_EXCHANGE) and removes the old file, or,
+    where that is missing, by a plain rename: the same bytes, nothing left behind,
+    and an OUT held open elsewhere keeps its old bytes (it was replaced, not rewritten)."""
+    from pti_cli.ssq import write as write_mod
+    a, b, _, _ = twins
+    out = tmp_path / "t.ssq"
+    pack(a, b, out)
+    fresh = out.read_bytes()
+    swaps = []
+    real = write_mod.exchange
+    monkeypatch.setattr(write_mod, "exchange", lambda tmp, o: swaps.append(real(tmp, o)) or swaps[-1])
+    for exchange_missing in (False, True):
+        if exchange_missing:
+            monkeypatch.setattr(write_mod, "_RENAMEAT2", None)
+        out.write_bytes(b"old contents" * 100000)
+        with open(out, "rb") as held:
+            pack(a, b, out, force=True)
+            assert held.read() == b"old contents" * 100000
+        assert out.read_bytes() == fresh and _leftovers(tmp_path) == []
+    assert swaps == [True, False]
+
+
+def test_old_pages_freed_just_ahead_of_the_writes(tmp_path, monkeypatch):
+    """OldPages drops the replaced OUT's page cache in steps that stay FREE_AHEAD
+    ahead of the bytes written, never touching its contents; a missing file is a no-op."""
+    from pti_cli.ssq import write as write_mod
+    old = tmp_path / "old.ssq"
+    old.write_bytes(b"x" * 1000)
+    calls = []
+    monkeypatch.setattr(write_mod.os, "posix_fadvise", lambda fd, off, n, advice: calls.append((off, n, advice)))
+    pages = write_mod.OldPages(old)
+    step, ahead = write_mod.FREE_STEP, write_mod.FREE_AHEAD
+    pages.advance(1)
+    assert calls == [(0, ahead + 1, os.POSIX_FADV_DONTNEED)]
+    pages.advance(step // 2)                     # less than a step more: no call
+    assert len(calls) == 1
+    pages.advance(step)
+    assert calls[-1] == (ahead + 1, step + step // 2, os.POSIX_FADV_DONTNEED)
+    assert sum(n for _, n, _ in calls) == pages.written + ahead
+    pages.close()
+    pages.close()
+    assert old.read_bytes() == b"x" * 1000
+    gone = write_mod.OldPages(tmp_path / "missing.ssq")
+    gone.advance(1 << 30)
+    gone.close()
+    assert len(calls) == 2

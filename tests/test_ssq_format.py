@@ -72,3 +72,23 @@ def test_dequantize_matches_gguf():
     qb = gguf.quants.quantize(rng.standard_normal((5, 64)).astype(np.float32), T.Q8_0)
     ref = gguf.quants.dequantize(qb, T.Q8_0)
     assert np.array_equal(F.dequantize_q8(*F.unpack_q8(qb), 64), ref)
+
+
+def test_interleave_into_a_poisoned_buffer_matches_the_split_path():
+    """format.interleave_q8_into (two 16-bit passes, then the scales) writes every byte
+    of its output: the hand block, and random Q8_0 rows of several shapes, equal the
+    independent split path (pack_ssq16 of unpacked ints and scales)."""
+    qa = np.arange(32, dtype=np.int8).reshape(1, 32)
+    qb = (-np.arange(1, 33)).astype(np.int8).reshape(1, 32)
+    a_bytes = F.pack_q8(qa, np.array([[0.5]], np.float16))
+    b_bytes = F.pack_q8(qb, np.array([[-2.0]], np.float16))
+    out = np.full((1, 68), 0xAA, np.uint8)
+    F.interleave_q8_into(a_bytes, b_bytes, out)
+    assert out.tobytes() == HAND_BLOCK
+    rng = np.random.default_rng()
+    for rows, nb in ((1, 1), (5, 3), (64, 128)):
+        a = rng.integers(0, 256, (rows, nb * 34), dtype=np.uint8)
+        b = rng.integers(0, 256, (rows, nb * 34), dtype=np.uint8)
+        out = np.full((rows, nb * 68), 0x55, np.uint8)
+        F.interleave_q8_into(a, b, out)
+        assert np.array_equal(out, F.pack_ssq16(*F.unpack_q8(a), *F.unpack_q8(b)))

@@ -8,7 +8,8 @@ ever held whole in memory.  A tensor whose bytes already lie in a source file
 (a Q8_0 matrix packed as Q8_0) is copied file to file by the kernel
 (os.copy_file_range), or through one reused buffer where the kernel cannot.
 The file is written to a temporary name beside the output and renamed at the
-end; on any error or Ctrl-C it is removed.
+end (swapped with the OUT it replaces, which is then removed: see exchange);
+on any error or Ctrl-C it is removed.
 
 Every write() from user memory is cut into WRITE_PIECE bytes: on this project's
 VM a single large write() made the kernel allocate large page-cache folios, and
@@ -217,7 +218,7 @@ def write_ssq_gguf(path: Path, arch: str, kvs: list[KeyValue], tensors: list[Ten
             rows.close()
         os.lseek(fd, pos, os.SEEK_SET)   # the writer's own position, should it write again
     finally:
-        w.close()                        # no fsync: atomicity against errors and Ctrl-C comes from the rename
+        w.close()                        # no fsync: atomicity against errors and Ctrl-C comes from the rename/exchange
     return data_offset
 
 
@@ -370,7 +371,8 @@ def exchange(tmp: Path, out: Path) -> bool:
 
 @contextmanager
 def atomic_output(out: Path, force: bool) -> Iterator[Path]:
-    """Yield a temporary path beside `out`; rename it to `out` if the body succeeds,
+    """Yield a temporary path beside `out`; if the body succeeds, swap it with an
+    existing `out` (exchange) and remove the old file, or rename it to `out`;
     remove it on any error or KeyboardInterrupt."""
     folder = check_output(out, force)
     tmp = folder / f".{Path(out).name}.{os.getpid()}.tmp"
