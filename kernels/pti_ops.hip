@@ -169,53 +169,40 @@ extern "C" __global__ void silu_mul_##SUF(const T* gu, bf16_t* out, int F, long 
 INSTANTIATE(bf16_t, bf16)
 INSTANTIATE(float, f32)
 
-// Shared-memory rows of the K and V tiles, padded so that the inner loops' loads
-// fall in distinct banks: K rows of HD + 32 bf16 (two keys' 64-byte pieces in one
-// 128-byte phase), V rows of HD + 16 (four keys' 32-byte pieces).
-#define KSTR(HD) ((HD) + 32)
-#define VSTR(HD) ((HD) + 16)
+// Keys sit in shared memory in rows of HD + 8 bf16 (KSTR): one thread reads one key,
+// 16 bytes at a time, and the padding puts neighbouring threads' rows in different banks.
+#define KSTR(HD) ((HD) + 8)
 
 // Scores of the chunk's nt keys for G heads into sc, then per head: max into mx,
-// exp(score - max) into sc, their sum into sm.  Four lanes per key: lane quarter
-// q4 sums dimensions 8(q4 + 4j) .. 8(q4 + 4j) + 7 for j < HD / 32 in order, for
-// every head (one key load serves all of them); two shuffles add the quarters in a
-// fixed tree.  The softmax reductions are fixed trees.  Every order is fixed by
-// the key's place in its chunk, never by the number of rows.
+// exp(score - max) into sc, their sum into sm.  Thread t computes key t's dot
+// products with every head's query, sequentially over the dimensions (about 1.4
+// instructions per multiply-add; a warp per key with a shuffle tree took 4); the
+// softmax reductions are fixed trees.  Every order is fixed by the key's place in
+// its chunk, never by the number of rows.
 template <int HD, int NG>
 __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], float (*sc)[ATTN_CHUNK],
                                             float* mx, float* sm, int nt, int G) {
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    const int q4 = threadIdx.x & 3;
-    for (int t = threadIdx.x >> 2; t < ATTN_CHUNK; t += blockDim.x >> 2) {   // whole warps: the shuffles
+    for (int t = threadIdx.x; t < nt; t += blockDim.x) {
         float s[NG];
 #pragma unroll
         for (int g = 0; g < NG; g++) s[g] = 0.f;
-        if (t < nt) {
+#pragma unroll 4
+        for (int d0 = 0; d0 < HD; d0 += 8) {
+            uint4 kv = *(const uint4*)&ks[t * KSTR(HD) + d0];
+            float k[8] = {bf2f(kv.x & 0xffff), bf2f(kv.x >> 16), bf2f(kv.y & 0xffff), bf2f(kv.y >> 16),
+                          bf2f(kv.z & 0xffff), bf2f(kv.z >> 16), bf2f(kv.w & 0xffff), bf2f(kv.w >> 16)};
 #pragma unroll
-            for (int j = 0; j < HD / 32; j++) {
-                const int d0 = 8 * (q4 + 4 * j);
-                uint4 kv = *(const uint4*)&ks[t * KSTR(HD) + d0];
-                float k[8] = {bf2f(kv.x & 0xffff), bf2f(kv.x >> 16), bf2f(kv.y & 0xffff), bf2f(kv.y >> 16),
-                              bf2f(kv.z & 0xffff), bf2f(kv.z >> 16), bf2f(kv.w & 0xffff), bf2f(kv.w >> 16)};
-#pragma unroll
-                for (int g = 0; g < NG; g++) {
-                    float4 qa = *(const float4*)&qs[g][d0], qb = *(const float4*)&qs[g][d0 + 4];
-                    s[g] = __fmaf_rn(qa.x, k[0], s[g]); s[g] = __fmaf_rn(qa.y, k[1], s[g]);
-                    s[g] = __fmaf_rn(qa.z, k[2], s[g]); s[g] = __fmaf_rn(qa.w, k[3], s[g]);
-                    s[g] = __fmaf_rn(qb.x, k[4], s[g]); s[g] = __fmaf_rn(qb.y, k[5], s[g]);
-                    s[g] = __fmaf_rn(qb.z, k[6], s[g]); s[g] = __fmaf_rn(qb.w, k[7], s[g]);
-                }
+            for (int g = 0; g < NG; g++) {
+                float4 qa = *(const float4*)&qs[g][d0], qb = *(const float4*)&qs[g][d0 + 4];
+                s[g] = __fmaf_rn(qa.x, k[0], s[g]); s[g] = __fmaf_rn(qa.y, k[1], s[g]);
+                s[g] = __fmaf_rn(qa.z, k[2], s[g]); s[g] = __fmaf_rn(qa.w, k[3], s[g]);
+                s[g] = __fmaf_rn(qb.x, k[4], s[g]); s[g] = __fmaf_rn(qb.y, k[5], s[g]);
+                s[g] = __fmaf_rn(qb.z, k[6], s[g]); s[g] = __fmaf_rn(qb.w, k[7], s[g]);
             }
         }
 #pragma unroll
-        for (int g = 0; g < NG; g++) {
-            s[g] += SHFL_XOR(s[g], 1);
-            s[g] += SHFL_XOR(s[g], 2);
-        }
-        if (t < nt && q4 == 0) {
-#pragma unroll
-            for (int g = 0; g < NG; g++) if (g < G) sc[g][t] = s[g];
-        }
+        for (int g = 0; g < NG; g++) if (g < G) sc[g][t] = s[g];
     }
     __syncthreads();
     for (int g = w; g < G; g += nw) {   // one warp per head; lanes take keys lane, lane + WARP, ...
@@ -230,21 +217,19 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
     __syncthreads();
 }
 
-// Un-normalised output of the chunk.  In each group of 32 threads, lane 8 q + i
-// takes dimension pair i of the group's 8 and the keys t = q (mod 4), in key order,
-// for every head (one load of the value pair serves all G heads); two shuffles add
-// the four key slices in a fixed tree.
+// Un-normalised output of the chunk: thread i takes dimensions 2i and 2i + 1 of
+// every head (one load of the value pair serves all G heads), summing the keys in
+// key order with fused multiply-adds.
 template <int HD, int NG>
 __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK], int nt, int G, float* part_acc,
                                         long row_head0, int n_chunks, int c) {
-    const int q = (threadIdx.x >> 3) & 3;
-    for (int i = (threadIdx.x >> 5) * 8 + (threadIdx.x & 7); i - (threadIdx.x & 7) < HD / 2; i += blockDim.x / 4) {
-        float a0[NG], a1[NG];   // (the loop test is the same for a whole group of 32: the shuffles)
+    for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
+        float a0[NG], a1[NG];
 #pragma unroll
         for (int g = 0; g < NG; g++) a0[g] = a1[g] = 0.f;
 #pragma unroll 4
-        for (int t = q; t < nt; t += 4) {
-            unsigned v = *(const unsigned*)&vs[t * VSTR(HD) + 2 * i];
+        for (int t = 0; t < nt; t++) {
+            unsigned v = *(const unsigned*)&vs[t * HD + 2 * i];
             float v0 = bf2f(v & 0xffff), v1 = bf2f(v >> 16);
 #pragma unroll
             for (int g = 0; g < NG; g++) {
@@ -254,21 +239,12 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK
             }
         }
 #pragma unroll
-        for (int g = 0; g < NG; g++) {
-            a0[g] += SHFL_XOR(a0[g], 8);
-            a1[g] += SHFL_XOR(a1[g], 8);
-            a0[g] += SHFL_XOR(a0[g], 16);
-            a1[g] += SHFL_XOR(a1[g], 16);
-        }
-        if (q == 0) {
-#pragma unroll
-            for (int g = 0; g < NG; g++)
-                if (g < G) {
-                    float* o = part_acc + ((row_head0 + g) * n_chunks + c) * HD + 2 * i;
-                    o[0] = a0[g];
-                    o[1] = a1[g];
-                }
-        }
+        for (int g = 0; g < NG; g++)
+            if (g < G) {
+                float* o = part_acc + ((row_head0 + g) * n_chunks + c) * HD + 2 * i;
+                o[0] = a0[g];
+                o[1] = a1[g];
+            }
     }
 }
 
@@ -289,7 +265,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
                              int n_chunks, float scale, int* counters, bf16_t* out) {
     PDL_ENTRY();
     __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * KSTR(HD)];
-    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * VSTR(HD)];
+    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
     __shared__ __align__(16) float qs[NG][HD];
     __shared__ float sc[NG][ATTN_CHUNK];
     __shared__ float mx[NG], sm[NG];
@@ -309,7 +285,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
 #pragma unroll
     for (int j = 0; j < N4 / ATTN_THREADS; j++) {
         int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < n4) { ((uint4*)ks)[i + 4 * (i / (HD / 8))] = k4[i]; ((uint4*)vs)[i + 2 * (i / (HD / 8))] = v4[i]; }
+        if (i < n4) { ((uint4*)ks)[i + i / (HD / 8)] = k4[i]; ((uint4*)vs)[i] = v4[i]; }   // K rows padded by 16 bytes
     }
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
         qs[i / HD][i % HD] = bf2f(q[((long)m * H + kh * G) * HD + i]) * scale;
@@ -471,7 +447,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
                           int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox) {
     PDL_ENTRY();
     __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * KSTR(HD)];
-    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * VSTR(HD)];
+    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
     __shared__ __align__(16) float qs[NG][HD];
     __shared__ float sc[NG][ATTN_CHUNK];
     __shared__ float mx[NG], sm[NG];
@@ -495,7 +471,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
 #pragma unroll
     for (int j = 0; j < N4 / ATTN_THREADS; j++) {
         int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < n4) { ((uint4*)ks)[i + 4 * (i / (HD / 8))] = k4[i]; ((uint4*)vs)[i + 2 * (i / (HD / 8))] = v4[i]; }
+        if (i < n4) { ((uint4*)ks)[i + i / (HD / 8)] = k4[i]; ((uint4*)vs)[i] = v4[i]; }   // K rows padded by 16 bytes
     }
     // this pass's keys (rotated) and values, from qkv rows m - (p - t)
     for (int i = threadIdx.x; i < (nt - n_old) * half; i += blockDim.x) {
@@ -507,8 +483,8 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         ks[(t - t0) * KSTR(HD) + ia] = f2bf(ra);
         ks[(t - t0) * KSTR(HD) + ib] = f2bf(rb);
         long vsrc = (long)(m - (p - t)) * row_len + (long)(H + Hk + kh) * HD;
-        vs[(t - t0) * VSTR(HD) + ia] = f2bf(ld(qkv, vsrc + ia));
-        vs[(t - t0) * VSTR(HD) + ib] = f2bf(ld(qkv, vsrc + ib));
+        vs[(t - t0) * HD + ia] = f2bf(ld(qkv, vsrc + ia));
+        vs[(t - t0) * HD + ib] = f2bf(ld(qkv, vsrc + ib));
     }
     // the row's query heads, rotated and scaled
     for (int i = threadIdx.x; i < G * half; i += blockDim.x) {
@@ -524,7 +500,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
     if (c == p / ATTN_CHUNK)   // this row's own position, for later passes
         for (int d = threadIdx.x; d < HD; d += blockDim.x) {
             kc[kv0 + (long)(p - t0) * HD + d] = ks[(p - t0) * KSTR(HD) + d];
-            vc[kv0 + (long)(p - t0) * HD + d] = vs[(p - t0) * VSTR(HD) + d];
+            vc[kv0 + (long)(p - t0) * HD + d] = vs[(p - t0) * HD + d];
         }
     attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
     attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
