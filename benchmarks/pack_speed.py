@@ -14,7 +14,9 @@ header included).  Every case replaces its own output of the previous round
 an untimed first round makes those outputs.
 Each timing starts after os.sync(); it is reported twice:
 page cache (the command alone) and durable (the command plus os.sync() of
-what it wrote).  Target: pack speed >= 0.5x copy speed.
+what it wrote).  Target: pack speed >= 0.5x copy speed.  It also prints the
+ratio of each round alone, the CPU time other processes and kernel threads used
+during each timing (a disturbed run shows there) and the load average.
 
     python benchmarks/pack_speed.py [--dir /tmp/pti-bench] [--layers 5] [--repeat 2] [--pti PATH]
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -98,17 +101,35 @@ def copy_loop(src: Path, dst: Path) -> None:
             g.write(buf[:n])
 
 
+def busy_cpu() -> tuple[float, float]:
+    """(CPU seconds the whole machine spent busy, CPU seconds of this process and its
+    children): their difference over a timing is what others ran meanwhile."""
+    ticks = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+    hz = os.sysconf("SC_CLK_TCK")
+    own = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+              for f in ("ru_utime", "ru_stime"))
+    return (sum(ticks) - ticks[3] - ticks[4]) / hz, own     # all but idle and iowait
+
+
+OTHERS: list[float] = []      # per timing: CPU seconds used by other processes and kernel threads
+
+
 def timed(fn, durable: bool, setup=None) -> float:
     """Seconds for fn(), starting with no dirty pages (setup() and os.sync before,
-    untimed); durable: the timing also includes os.sync() of what fn wrote."""
+    untimed); durable: the timing also includes os.sync() of what fn wrote.
+    Appends to OTHERS the CPU time others used meanwhile (a disturbed run shows)."""
     if setup is not None:
         setup()
     os.sync()
+    m0, o0 = busy_cpu()
     t = time.perf_counter()
     fn()
     if durable:
         os.sync()
-    return time.perf_counter() - t
+    t = time.perf_counter() - t
+    m1, o1 = busy_cpu()
+    OTHERS.append(max(0.0, (m1 - m0) - (o1 - o0)))
+    return t
 
 
 def main() -> None:
@@ -142,12 +163,16 @@ def main() -> None:
     new_a = d / "new_a.gguf"
     setups = {"new1": lambda: new_a.unlink(missing_ok=True)}
     runs = {(k, durable): [] for k in cases for durable in (False, True)}
+    load0 = os.getloadavg()
     for k, fn in cases.items():      # untimed: every timed run then replaces an output of its own
         timed(fn, False, setups.get(k))
+    OTHERS.clear()
+    others = {key: [] for key in runs}
     for _ in range(args.repeat):
         for durable in (False, True):
             for k, fn in cases.items():
                 runs[k, durable].append(timed(fn, durable, setups.get(k)))
+                others[k, durable].append(OTHERS[-1])
     best = {key: min(v) for key, v in runs.items()}
     size_a = a.stat().st_size
     print(f"source A: {size_a / 1e9:.3f} GB Q8_0 ({args.layers} layers); identical-twin output "
@@ -166,6 +191,12 @@ def main() -> None:
         print(f"  {'(copy to a new file)':20s}: copy of A {tn:6.2f} s ({size_a / 1e9 / tn:5.2f} GB/s): "
               f"pack A at {tn / best['pack1', durable]:.2f}x its speed")
         print("  every run (s): " + "; ".join(f"{k} " + " ".join(f"{t:.2f}" for t in runs[k, durable]) for k in cases))
+        print("  ratio per round (same round): " + "; ".join(
+            f"{case} " + " ".join(f"{c / p:.2f}" for c, p in zip(runs[copy, durable], runs[pk, durable]))
+            for case, copy, pk in (("pack A", "copy1", "pack1"), ("pack A B", "copy2", "pack2"))))
+        print("  CPU s used by others during each run: " + "; ".join(
+            f"{k} " + " ".join(f"{t:.2f}" for t in others[k, durable]) for k in cases))
+    print(f"load average (1 min) at start {load0[0]:.2f}, at end {os.getloadavg()[0]:.2f}")
     for p in (out1, out2, cp_a, cp_b, new_a):
         p.unlink(missing_ok=True)
 
