@@ -445,15 +445,12 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     }
 
 // Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}.  The host
-// (pti_cli/backends/cuda.py) picks one per call from M alone; 16 KB of dynamic
+// (pti_cli/backends/cuda.py) picks one per call from M and the matrix's rows; 16 KB of dynamic
 // shared memory (the reduction).
 #define PTI_TC_ALL(TAG, TIN, TOUT)                                \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 1)  \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 3)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u5, TIN, TOUT, 1, 1, 1, 5, 3)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u3, TIN, TOUT, 1, 1, 1, 3, 4)  \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2, TIN, TOUT, 2, 1, 1, 2, 3)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u2, TIN, TOUT, 1, 1, 2, 2, 3)  \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3, TIN, TOUT, 1, 1, 2, 3, 3)  \
     PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1, TIN, TOUT, 1, 1, 4, 1, 3)  \
     PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4, 1)  \

@@ -68,10 +68,9 @@ def time_graph(fn, reps: int = 15) -> float:
 
 def read_bandwidth(backend, nbytes: int = 8 << 30) -> dict:
     buf = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=backend.device).uniform_(-1, 1)
-    sms = torch.cuda.get_device_properties(backend.device).multi_processor_count
     out = {"bytes": nbytes}
     out["torch_sum"] = nbytes / time_graph(lambda: buf.sum(dtype=torch.float32), 5)
-    out["stream_kernel"] = nbytes / time_graph(lambda: backend.stream_read(buf, sms * 8), 5)
+    out["stream_kernel"] = nbytes / time_graph(lambda: backend.stream_read(buf, backend.sm_count * 8), 5)
     out["denominator"] = max(out["torch_sum"], out["stream_kernel"])
     del buf
     torch.cuda.empty_cache()

@@ -220,7 +220,7 @@ def test_load_matrix_from_ssq_file(backend, tmp_path):
 @pytest.mark.parametrize("k", [1000, 4096, 1004])
 def test_every_variant_gives_the_same_bits(backend, k):
     """Every variant (rows per CTA, row tiles, blocks per step, twins) gives one row the
-    same bits as the one-row kernel, so the host may pick any per M; K = 1004 takes the
+    same bits as the one-row kernel, so the host may pick any per call; K = 1004 takes the
     guarded (unaligned) path."""
     from pti_cli.backends.cuda import all_variants, split_variant
     n = 300
