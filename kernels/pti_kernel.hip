@@ -19,9 +19,10 @@
 // fma(scale, block_dot, acc).  block_dot is two chained MMAs whose result for
 // one (row, activation row) element depends only on that row's operands.  The
 // number of activation rows (MT tiles of 8), the rows per CTA (RG) and the
-// unroll (U) change which elements are computed together, never the order of
+// unroll (U) change which elements are computed together, and the pipelined
+// main loop (PF) changes only when the loads are issued, never the order of
 // any element's sum, so each output row's bits are independent of M and of
-// the row's position.  The generic kernel (the HIP path) has its own fixed
+// the row's position (and of the variant).  The generic kernel (the HIP path) has its own fixed
 // order, also independent of M.
 
 // ---------------------------------------------------------------- portability
@@ -355,10 +356,73 @@ __device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int
         if (b0 + 8 * u < a.nb) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc, KM, KS);
 }
 
+// The per-lane pointers of the unchecked main loop (weights, scales, activation
+// rows; xok: the activation row exists) and the loads of one whole step: U
+// blocks b, b+8, ... of this warp, in registers.
+template <int NTW, int RG, int MT>
+struct PtiPtrs {
+    const uint4* q[NTW][RG];
+    const unsigned* s[NTW][RG];
+    const uint4* x[NTW][MT];
+    bool xok[NTW][MT];
+};
+template <int NTW, int RG, int MT, int U>
+struct PtiStep {
+    uint4 w[U][NTW][RG], x[U][NTW][MT];
+    unsigned s[U][NTW][RG];
+};
+
+// Issue the loads of the step J steps past the pointers (J: constant offsets).
+template <int J, int NTW, int RG, int MT, int U>
+__device__ __forceinline__ void pti_load_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+            for (int r = 0; r < RG; ++r) {
+                st.w[u][tw][r] = pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);
+                st.s[u][tw][r] = __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);
+            }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                st.x[u][tw][mt] = p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4) : make_uint4(0, 0, 0, 0);
+}
+
+// Move the pointers on by STEPS steps.
+template <int STEPS, int U, int NTW, int RG, int MT>
+__device__ __forceinline__ void pti_advance(PtiPtrs<NTW, RG, MT>& p) {
+#pragma unroll
+    for (int tw = 0; tw < NTW; ++tw) {
+#pragma unroll
+        for (int r = 0; r < RG; ++r) {
+            p.q[tw][r] += STEPS * 8 * U * 32;
+            p.s[tw][r] += STEPS * 8 * U * 8;
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) p.x[tw][mt] += STEPS * 8 * U * 4;
+    }
+}
+
+// The arithmetic of one loaded step, its blocks in order.
+template <int TIN, int NTW, int RG, int MT, int U>
+__device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& st, float* acc, unsigned KM,
+                                                 unsigned KS) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT>(st.w[u], st.s[u], st.x[u], acc, KM, KS);
+}
+
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
 // activation rows, U blocks per warp per step.  256 threads = 8 warps; warp w
 // owns blocks b = w (mod 8), in order; the CTA sums the warps in warp order.
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U>
+// PF = 1: the main loop is software-pipelined (the next step's loads are issued
+// before this step is computed: twice the registers for loads); PF = 0: a step
+// is loaded, then computed, and the warp has nothing in flight while it computes.
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     constexpr int S = NTW * RG * MT;
     extern __shared__ __align__(16) unsigned char pti_smem[];
@@ -373,99 +437,103 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 #pragma unroll
     for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
     // Whole steps (all U blocks whole and vector-loadable) run unchecked, with
-    // per-lane pointers that advance by one step: loads at constant offsets.
+    // per-lane pointers that advance by one or two steps: loads at constant offsets.
     const int nfull = a.vec_ok ? a.K / 32 : 0;
     const int nsteps = nfull > warp + 8 * (U - 1) ? (nfull - warp - 8 * (U - 1) + 8 * U - 1) / (8 * U) : 0;
-    const uint4* qp[NTW][RG];
-    const unsigned* sp[NTW][RG];
-    const uint4* xp[NTW][MT];
-    bool xok[NTW][MT];
+    PtiPtrs<NTW, RG, MT> p;
 #pragma unroll
     for (int tw = 0; tw < NTW; ++tw) {
 #pragma unroll
         for (int r = 0; r < RG; ++r) {
             const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + warp;
-            qp[tw][r] = (tw ? a.q[1] : a.q[0]) + blk * 32 + lane;
-            sp[tw][r] = (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2);
+            p.q[tw][r] = (tw ? a.q[1] : a.q[0]) + blk * 32 + lane;
+            p.s[tw][r] = (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             const int row = mt * 8 + (lane >> 2);
-            xok[tw][mt] = row < (tw ? a.M[1] : a.M[0]);
-            xp[tw][mt] = (const uint4*)((tw ? a.x[1] : a.x[0]) + (xok[tw][mt] ? (pti_u64)row * a.ldx : 0) +
-                                        warp * 32 + 8 * (lane & 3));
+            p.xok[tw][mt] = row < (tw ? a.M[1] : a.M[0]);
+            p.x[tw][mt] = (const uint4*)((tw ? a.x[1] : a.x[0]) + (p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0) +
+                                         warp * 32 + 8 * (lane & 3));
         }
     }
     pti_pdl_wait();   // activations only after the previous kernel is done (weights could go before: measured no gain)
-    for (int i = 0; i < nsteps; ++i) {
-        uint4 wv[U][NTW][RG], xv[U][NTW][MT];
-        unsigned sv[U][NTW][RG];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                for (int r = 0; r < RG; ++r) {
-                    wv[u][tw][r] = pti_ld_stream(qp[tw][r] + u * 8 * 32);
-                    sv[u][tw][r] = __ldg(sp[tw][r] + u * 8 * 8);
-                }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-                    xv[u][tw][mt] = xok[tw][mt] ? __ldg(xp[tw][mt] + u * 8 * 4) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int tw = 0; tw < NTW; ++tw) {
-#pragma unroll
-            for (int r = 0; r < RG; ++r) {
-                qp[tw][r] += 8 * U * 32;
-                sp[tw][r] += 8 * U * 8;
-            }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) xp[tw][mt] += 8 * U * 4;
+    if (PF == 0) {
+        for (int i = 0; i < nsteps; ++i) {
+            PtiStep<NTW, RG, MT, U> A;
+            pti_load_step<0>(A, p);
+            pti_advance<1, U>(p);
+            pti_compute_step<TIN>(A, acc, KM, KS);
         }
-#pragma unroll
-        for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc, KM, KS);
+    } else {
+        // Two buffers, unrolled by two so that no registers are copied: step i+1's loads are
+        // issued before step i is computed, so a warp always has a step in flight.  The loop
+        // has no branches around loads; the last one or two steps are computed after it.
+        PtiStep<NTW, RG, MT, U> A, B;
+        if (nsteps > 0) pti_load_step<0>(A, p);
+        int i = 0;
+        for (; i + 2 < nsteps; i += 2) {        // A holds step i, at the pointers
+            pti_load_step<1>(B, p);
+            pti_compute_step<TIN>(A, acc, KM, KS);
+            pti_load_step<2>(A, p);
+            pti_compute_step<TIN>(B, acc, KM, KS);
+            pti_advance<2, U>(p);
+        }
+        if (i + 1 < nsteps) {                   // two steps left
+            pti_load_step<1>(B, p);
+            pti_compute_step<TIN>(A, acc, KM, KS);
+            pti_compute_step<TIN>(B, acc, KM, KS);
+        } else if (i < nsteps) {                // one
+            pti_compute_step<TIN>(A, acc, KM, KS);
+        }
     }
     for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
         pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, KM, KS);
     pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 
-#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, MINB)                                         \
+#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB)                                       \
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
                            N, K, nb, ldx, ldy, vec_ok};                                        \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U>(a);                                               \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF>(a);                                           \
     }
 
-// Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}.  The host
+// Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}[_p1].  The host
 // (pti_cli/backends/cuda.py) picks one per call from M and the matrix's rows; 16 KB of dynamic
-// shared memory (the reduction).
-#define PTI_TC_ALL(TAG, TIN, TOUT)                                \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 1)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 3)  \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2, TIN, TOUT, 2, 1, 1, 2, 3)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3, TIN, TOUT, 1, 1, 2, 3, 3)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1, TIN, TOUT, 1, 1, 4, 1, 3)  \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4, 1)  \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4, 1)  \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2, 1)  \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1, 1)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u4, TIN, TOUT, 1, 1, 2, 4, 2)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u6, TIN, TOUT, 1, 1, 2, 6, 2)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8, 1)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u2, TIN, TOUT, 1, 1, 4, 2, 2)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4, 1)  \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1, TIN, TOUT, 1, 1, 8, 1, 1)  \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4, 1)  \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4, 1)  \
-    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2, 1)
+// shared memory (the reduction).  The last number is MINB, the CTAs per SM that
+// __launch_bounds__ asks registers for (3: <= 80 registers, 2: <= 128, 1: <= 255).
+// "_p1": the software-pipelined main loop (PF = 1), at the MINB given here (one
+// MINB per name).
+#define PTI_TC_ALL(TAG, TIN, TOUT)                                     \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 0, 3)    \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2, TIN, TOUT, 2, 1, 1, 2, 0, 3)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3, TIN, TOUT, 1, 1, 2, 3, 0, 3)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1, TIN, TOUT, 1, 1, 4, 1, 0, 3)    \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u4, TIN, TOUT, 1, 1, 2, 4, 0, 2)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u6, TIN, TOUT, 1, 1, 2, 6, 0, 2)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u2, TIN, TOUT, 1, 1, 4, 2, 0, 2)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1, TIN, TOUT, 1, 1, 8, 1, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_p1, TIN, TOUT, 1, 1, 1, 2, 1, 3) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u3_p1, TIN, TOUT, 1, 1, 1, 3, 1, 3) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p1, TIN, TOUT, 1, 1, 1, 4, 1, 2) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u6_p1, TIN, TOUT, 1, 1, 1, 6, 1, 2) \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u1_p1, TIN, TOUT, 2, 1, 1, 1, 1, 3) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3_p1, TIN, TOUT, 1, 1, 2, 3, 1, 2)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

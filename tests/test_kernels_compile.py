@@ -153,3 +153,23 @@ def test_ops_source_has_every_kernel_the_host_launches(tmp_path, monkeypatch):
     assert set(KERNELS) <= set(res), sorted(set(KERNELS) - set(res))
     for name, r in res.items():
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, name
+
+
+def test_variant_names_match_the_kernel_source():
+    """Every variant the host may launch is instantiated in kernels/pti_kernel.hip with the
+    template arguments its name says (t, r, m, u, and p: the pipelined main loop, 0 when
+    absent), and the name parses as launch_args parses it."""
+    import re
+    from pti_cli.backends.compile import kernel_source
+    from pti_cli.backends.cuda import EXTRA_VARIANTS, all_variants, split_variant
+
+    assert split_variant("t1_r1_m1_u4_p1") == {"t": 1, "r": 1, "m": 1, "u": 4, "p": 1}
+    assert split_variant("t2_r2_m1_u2") == {"t": 2, "r": 2, "m": 1, "u": 2, "p": 0}
+    inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
+            for m in re.finditer(r"PTI_TC\(pti_mm_##TAG##_(\w+), TIN, TOUT, ([\d, ]+)\)", kernel_source())}
+    assert any(split_variant(v)["p"] for v in EXTRA_VARIANTS)
+    for v in all_variants():
+        *args, minb = inst[v]
+        assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
+        assert minb in (1, 2, 3), v
+        assert split_variant(f"pti_mm_bf16_f32_{v}".split("_", 4)[4]) == split_variant(v)

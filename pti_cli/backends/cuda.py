@@ -41,8 +41,13 @@ TC_VARIANTS = {
     2: ((8, "t2_r1_m1_u4", "t2_r1_m1_u2"),),
 }
 WIDE_ROW_GROUPS_PER_SM = 2.5
+# Loaded and benchmarkable, but not in the policy above.  "_p1": the software-pipelined main loop
+# (kernels/pti_kernel.hip, PF = 1; the next step's loads in flight while a step is computed),
+# not yet measured (docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
-                  "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4")
+                  "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4",
+                  "t1_r1_m1_u2_p1", "t1_r1_m1_u3_p1", "t1_r1_m1_u4_p1", "t1_r1_m1_u6_p1", "t2_r1_m1_u1_p1",
+                  "t1_r1_m2_u1_p1", "t1_r1_m2_u3_p1")
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -79,8 +84,9 @@ def all_variants() -> list[str]:
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2}."""
-    return {p[0]: int(p[1:]) for p in name.split("_")}
+    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
+    (p: the pipelined main loop, 0 when absent)."""
+    return {"p": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
 
 
 SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
