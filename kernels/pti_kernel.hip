@@ -372,9 +372,25 @@ struct PtiStep {
     unsigned s[U][NTW][RG];
 };
 
-// Issue the loads of the step J steps past the pointers (J: constant offsets).
+// Issue the loads of the step J steps past the pointers (J: constant offsets):
+// weights and scales, then activations (XFIRST: activations first).  The loads
+// are independent, so the order only steers ptxas' scheduling and registers:
+// the pipelined twin kernel at U = 2 fits 128 registers only with XFIRST, the
+// pipelined one-twin U = 3 and U = 6 fit 80 and 128 only without it (and the
+// twin U = 1 issues its scales earlier without it).
 template <int J, int NTW, int RG, int MT, int U>
+__device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                st.x[u][tw][mt] = p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4) : make_uint4(0, 0, 0, 0);
+}
+template <int J, bool XFIRST, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_load_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
+    if (XFIRST) pti_load_x_step<J>(st, p);
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -384,13 +400,7 @@ __device__ __forceinline__ void pti_load_step(PtiStep<NTW, RG, MT, U>& st, const
                 st.w[u][tw][r] = pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);
                 st.s[u][tw][r] = __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);
             }
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-                st.x[u][tw][mt] = p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4) : make_uint4(0, 0, 0, 0);
+    if (!XFIRST) pti_load_x_step<J>(st, p);
 }
 
 // Move the pointers on by STEPS steps.
@@ -461,7 +471,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     if (PF == 0) {
         for (int i = 0; i < nsteps; ++i) {
             PtiStep<NTW, RG, MT, U> A;
-            pti_load_step<0>(A, p);
+            pti_load_step<0, false>(A, p);
             pti_advance<1, U>(p);
             pti_compute_step<TIN>(A, acc, KM, KS);
         }
@@ -469,18 +479,19 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         // Two buffers, unrolled by two so that no registers are copied: step i+1's loads are
         // issued before step i is computed, so a warp always has a step in flight.  The loop
         // has no branches around loads; the last one or two steps are computed after it.
+        constexpr bool XF = NTW == 2 && U > 1;   // see pti_load_step
         PtiStep<NTW, RG, MT, U> A, B;
-        if (nsteps > 0) pti_load_step<0>(A, p);
+        if (nsteps > 0) pti_load_step<0, XF>(A, p);
         int i = 0;
         for (; i + 2 < nsteps; i += 2) {        // A holds step i, at the pointers
-            pti_load_step<1>(B, p);
+            pti_load_step<1, XF>(B, p);
             pti_compute_step<TIN>(A, acc, KM, KS);
-            pti_load_step<2>(A, p);
+            pti_load_step<2, XF>(A, p);
             pti_compute_step<TIN>(B, acc, KM, KS);
             pti_advance<2, U>(p);
         }
         if (i + 1 < nsteps) {                   // two steps left
-            pti_load_step<1>(B, p);
+            pti_load_step<1, XF>(B, p);
             pti_compute_step<TIN>(A, acc, KM, KS);
             pti_compute_step<TIN>(B, acc, KM, KS);
         } else if (i < nsteps) {                // one
@@ -532,6 +543,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p1, TIN, TOUT, 1, 1, 1, 4, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u6_p1, TIN, TOUT, 1, 1, 1, 6, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u1_p1, TIN, TOUT, 2, 1, 1, 1, 1, 3) \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3_p1, TIN, TOUT, 1, 1, 2, 3, 1, 2)
 

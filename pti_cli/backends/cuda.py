@@ -47,7 +47,7 @@ WIDE_ROW_GROUPS_PER_SM = 2.5
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4",
                   "t1_r1_m1_u2_p1", "t1_r1_m1_u3_p1", "t1_r1_m1_u4_p1", "t1_r1_m1_u6_p1", "t2_r1_m1_u1_p1",
-                  "t1_r1_m2_u1_p1", "t1_r1_m2_u3_p1")
+                  "t2_r1_m1_u2_p1", "t1_r1_m2_u1_p1", "t1_r1_m2_u3_p1")
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
