@@ -84,7 +84,8 @@ __device__ __forceinline__ unsigned short pti_f32_to_bf16(float f) {
     return (unsigned short)(u >> 16);
 }
 
-// TIN: 0 = bf16 activations, 1 = f16.  TOUT: 0 = f32 output, 1 = same as input.
+// TIN: 0 = bf16 activations, 1 = f16.  TOUT: 0 = f32 output, 1 = same as input, 2 = the
+// fused gate/up epilogue (PTI_GLU below).
 template <int TIN>
 __device__ __forceinline__ float pti_act_to_f32(unsigned short h) {
     return TIN == 0 ? pti_bf16_to_f32(h) : pti_f16_to_f32(h);
@@ -293,6 +294,16 @@ __device__ __forceinline__ void pti_block(const uint4 (&wv)[NTW][RG], const unsi
         }
 }
 
+// PTI_GLU: a fused gate/up matrix (rows interleaved at load time, 8 gate rows then the same
+// 8 up rows per row group: pti_cli/backends/repack.py interleave_glu_rows) writes
+// bf16(silu(g) * u) of the bf16-rounded gate and up sums, the arithmetic of pti_ops.hip's
+// silu_mul kernel, so the fused pass has the bits of matmul + silu_mul.
+__device__ __forceinline__ unsigned short pti_glu(float g, float u) {
+    g = pti_bf16_to_f32(pti_f32_to_bf16(g));
+    u = pti_bf16_to_f32(pti_f32_to_bf16(u));
+    return pti_f32_to_bf16(g / (1.f + expf(-g)) * u);
+}
+
 // Sum the 8 warps' partial sums in warp order (4 slots at a time) and write
 // the CTA's outputs.
 template <int TIN, int TOUT, int NTW, int RG, int MT>
@@ -307,6 +318,23 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
                 make_float4(acc[s * 4], acc[s * 4 + 1], acc[s * 4 + 2], acc[s * 4 + 3]);
         __syncthreads();
         const int nslot = S - s0 < 4 ? S - s0 : 4;
+        if (TOUT == 2) {   // PTI_GLU: one thread per (gate, up) pair: c0 with c2, c1 with c3
+            for (int idx = threadIdx.x; idx < nslot * 64; idx += 256) {
+                const int sl = idx >> 6, l = (idx >> 1) & 31, c = idx & 1;
+                const int i = sl * 128 + l * 4 + c;
+                float g = red[i], u = red[i + 2];
+#pragma unroll
+                for (int w = 1; w < 8; ++w) { g += red[w * 512 + i]; u += red[w * 512 + i + 2]; }
+                const int slot = s0 + sl;
+                const int mt = slot % MT, r = (slot / MT) % RG, tw = slot / (MT * RG);
+                const int f = (unit * RG + r) * 8 + (l >> 2);
+                const int m = mt * 8 + 2 * (l & 3) + c;
+                if (2 * f < a.N && m < (tw ? a.M[1] : a.M[0]))
+                    ((unsigned short*)(tw ? a.y[1] : a.y[0]))[(pti_u64)m * a.ldy + f] = pti_glu(g, u);
+            }
+            __syncthreads();
+            continue;
+        }
         for (int idx = threadIdx.x; idx < nslot * 128; idx += 256) {
             const int sl = idx >> 7, l = (idx >> 2) & 31, c = idx & 3;
             float v = red[idx];
@@ -520,6 +548,10 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 // "_p1": the software-pipelined main loop (PF = 1), at the MINB given here (one
 // MINB per name).
 #define PTI_TC_ALL(TAG, TIN, TOUT)                                     \
+    PTI_TC_MOST(TAG, TIN, TOUT)                                        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u6_p1, TIN, TOUT, 1, 1, 1, 6, 1, 2)
+// every variant but t1_r1_m1_u6_p1, which spills with the fused gate/up epilogue
+#define PTI_TC_MOST(TAG, TIN, TOUT)                                    \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 0, 1)    \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 0, 3)    \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2, TIN, TOUT, 2, 1, 1, 2, 0, 3)    \
@@ -541,7 +573,6 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_p1, TIN, TOUT, 1, 1, 1, 2, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u3_p1, TIN, TOUT, 1, 1, 1, 3, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p1, TIN, TOUT, 1, 1, 1, 4, 1, 2) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u6_p1, TIN, TOUT, 1, 1, 1, 6, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u1_p1, TIN, TOUT, 2, 1, 1, 1, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
@@ -551,5 +582,6 @@ PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)
 PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
+PTI_TC_MOST(bf16_glu, 0, 2)
 
 #endif  // PTI_CUDA

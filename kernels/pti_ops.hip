@@ -174,35 +174,31 @@ INSTANTIATE(float, f32)
 #define KSTR(HD) ((HD) + 8)
 
 // Scores of the chunk's nt keys for G heads into sc, then per head: max into mx,
-// exp(score - max) into sc, their sum into sm.  Thread t computes key t's dot
-// products with every head's query, sequentially over the dimensions (about 1.4
-// instructions per multiply-add; a warp per key with a shuffle tree took 4); the
-// softmax reductions are fixed trees.  Every order is fixed by the key's place in
-// its chunk, never by the number of rows.
+// exp(score - max) into sc, their sum into sm.  Thread i takes key i % ATTN_CHUNK of
+// head i / ATTN_CHUNK (a warp: 32 keys of one head, so q loads are broadcasts) and
+// sums its dot product sequentially over the dimensions (about 1.4 instructions per
+// multiply-add; a warp per key with a shuffle tree took 4); the softmax reductions
+// are fixed trees.  Every order is fixed by the key's place in its chunk, never by
+// the number of rows.
 template <int HD, int NG>
 __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], float (*sc)[ATTN_CHUNK],
                                             float* mx, float* sm, int nt, int G) {
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    for (int t = threadIdx.x; t < nt; t += blockDim.x) {
-        float s[NG];
-#pragma unroll
-        for (int g = 0; g < NG; g++) s[g] = 0.f;
+    for (int i = threadIdx.x; i < G * ATTN_CHUNK; i += blockDim.x) {
+        int t = i % ATTN_CHUNK, g = i / ATTN_CHUNK;
+        if (t >= nt) continue;
+        const float* q = qs[g];
+        float s = 0.f;
 #pragma unroll 4
         for (int d0 = 0; d0 < HD; d0 += 8) {
             uint4 kv = *(const uint4*)&ks[t * KSTR(HD) + d0];
-            float k[8] = {bf2f(kv.x & 0xffff), bf2f(kv.x >> 16), bf2f(kv.y & 0xffff), bf2f(kv.y >> 16),
-                          bf2f(kv.z & 0xffff), bf2f(kv.z >> 16), bf2f(kv.w & 0xffff), bf2f(kv.w >> 16)};
-#pragma unroll
-            for (int g = 0; g < NG; g++) {
-                float4 qa = *(const float4*)&qs[g][d0], qb = *(const float4*)&qs[g][d0 + 4];
-                s[g] = __fmaf_rn(qa.x, k[0], s[g]); s[g] = __fmaf_rn(qa.y, k[1], s[g]);
-                s[g] = __fmaf_rn(qa.z, k[2], s[g]); s[g] = __fmaf_rn(qa.w, k[3], s[g]);
-                s[g] = __fmaf_rn(qb.x, k[4], s[g]); s[g] = __fmaf_rn(qb.y, k[5], s[g]);
-                s[g] = __fmaf_rn(qb.z, k[6], s[g]); s[g] = __fmaf_rn(qb.w, k[7], s[g]);
-            }
+            float4 qa = *(const float4*)&q[d0], qb = *(const float4*)&q[d0 + 4];
+            s = __fmaf_rn(qa.x, bf2f(kv.x & 0xffff), s); s = __fmaf_rn(qa.y, bf2f(kv.x >> 16), s);
+            s = __fmaf_rn(qa.z, bf2f(kv.y & 0xffff), s); s = __fmaf_rn(qa.w, bf2f(kv.y >> 16), s);
+            s = __fmaf_rn(qb.x, bf2f(kv.z & 0xffff), s); s = __fmaf_rn(qb.y, bf2f(kv.z >> 16), s);
+            s = __fmaf_rn(qb.z, bf2f(kv.w & 0xffff), s); s = __fmaf_rn(qb.w, bf2f(kv.w >> 16), s);
         }
-#pragma unroll
-        for (int g = 0; g < NG; g++) if (g < G) sc[g][t] = s[g];
+        sc[g][t] = s;
     }
     __syncthreads();
     for (int g = w; g < G; g += nw) {   // one warp per head; lanes take keys lane, lane + WARP, ...
@@ -217,35 +213,78 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
     __syncthreads();
 }
 
-// Un-normalised output of the chunk: thread i takes dimensions 2i and 2i + 1 of
-// every head (one load of the value pair serves all G heads), summing the keys in
-// key order with fused multiply-adds.
+// Un-normalised output of the chunk: thread i takes dimensions 2j, 2j + 1 (j = i %
+// (HD / 2)) of head i / (HD / 2) (a warp: 32 neighbouring pairs of one head, so the
+// probability loads are broadcasts), summing the keys in key order with fused
+// multiply-adds.
 template <int HD, int NG>
 __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK], int nt, int G, float* part_acc,
                                         long row_head0, int n_chunks, int c) {
-    for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
-        float a0[NG], a1[NG];
-#pragma unroll
-        for (int g = 0; g < NG; g++) a0[g] = a1[g] = 0.f;
+    for (int i = threadIdx.x; i < G * (HD / 2); i += blockDim.x) {
+        int g = i / (HD / 2), j = i % (HD / 2);
+        const float* pr = sc[g];
+        float a0 = 0.f, a1 = 0.f;
 #pragma unroll 4
         for (int t = 0; t < nt; t++) {
-            unsigned v = *(const unsigned*)&vs[t * HD + 2 * i];
-            float v0 = bf2f(v & 0xffff), v1 = bf2f(v >> 16);
-#pragma unroll
-            for (int g = 0; g < NG; g++) {
-                float pr = sc[g][t];
-                a0[g] = __fmaf_rn(pr, v0, a0[g]);
-                a1[g] = __fmaf_rn(pr, v1, a1[g]);
-            }
+            unsigned v = *(const unsigned*)&vs[t * HD + 2 * j];
+            float p = pr[t];
+            a0 = __fmaf_rn(p, bf2f(v & 0xffff), a0);
+            a1 = __fmaf_rn(p, bf2f(v >> 16), a1);
         }
-#pragma unroll
-        for (int g = 0; g < NG; g++)
-            if (g < G) {
-                float* o = part_acc + ((row_head0 + g) * n_chunks + c) * HD + 2 * i;
-                o[0] = a0[g];
-                o[1] = a1[g];
-            }
+        *(float2*)(part_acc + ((row_head0 + g) * n_chunks + c) * HD + 2 * j) = make_float2(a0, a1);
     }
+}
+
+// The chunk's cached keys and values into shared memory (K rows padded by 16 bytes):
+// asynchronous copies on sm_80+, K and V in two commit groups so that the scores can
+// start once K has landed (attn_wait_k) while V is still on its way (attn_wait_v).
+// Elsewhere plain loads (then both waits are only the block barrier).
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define ATTN_ASYNC 1
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+#endif
+template <int HD>
+__device__ __forceinline__ void attn_load_tile(bf16_t* ks, bf16_t* vs, const bf16_t* kc, const bf16_t* vc, long kv0,
+                                               int n_keys) {
+    const uint4* k4 = (const uint4*)(kc + kv0);
+    const uint4* v4 = (const uint4*)(vc + kv0);
+    constexpr int N4 = ATTN_CHUNK * HD / 8;   // 16-byte words per tile
+    int n4 = n_keys * HD / 8;
+#ifdef ATTN_ASYNC
+#pragma unroll
+    for (int j = 0; j < N4 / ATTN_THREADS; j++) {
+        int i = threadIdx.x + j * ATTN_THREADS;
+        if (i < n4) cp_async16((uint4*)ks + i + i / (HD / 8), k4 + i);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < N4 / ATTN_THREADS; j++) {
+        int i = threadIdx.x + j * ATTN_THREADS;
+        if (i < n4) cp_async16((uint4*)vs + i, v4 + i);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#else
+#pragma unroll
+    for (int j = 0; j < N4 / ATTN_THREADS; j++) {
+        int i = threadIdx.x + j * ATTN_THREADS;
+        if (i < n4) { ((uint4*)ks)[i + i / (HD / 8)] = k4[i]; ((uint4*)vs)[i] = v4[i]; }
+    }
+#endif
+}
+__device__ __forceinline__ void attn_wait_k() {
+#ifdef ATTN_ASYNC
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+    __syncthreads();
+}
+__device__ __forceinline__ void attn_wait_v() {
+#ifdef ATTN_ASYNC
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+    __syncthreads();
 }
 
 // Attention, step 1: one block per (chunk, kv head, row).  The block scores the
@@ -277,20 +316,12 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     if (p < 0 || t0 > p) return;  // chunks past the row's position are never read by the combine
     int nt = min(ATTN_CHUNK, p + 1 - t0);
     long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
-    // the chunk's keys and values: every 16-byte load issued before any is used
-    const uint4* k4 = (const uint4*)(kc + kv0);
-    const uint4* v4 = (const uint4*)(vc + kv0);
-    constexpr int N4 = ATTN_CHUNK * HD / 8;   // 16-byte words per tile
-    int n4 = nt * HD / 8;
-#pragma unroll
-    for (int j = 0; j < N4 / ATTN_THREADS; j++) {
-        int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < n4) { ((uint4*)ks)[i + i / (HD / 8)] = k4[i]; ((uint4*)vs)[i] = v4[i]; }   // K rows padded by 16 bytes
-    }
+    attn_load_tile<HD>(ks, vs, kc, vc, kv0, nt);
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
         qs[i / HD][i % HD] = bf2f(q[((long)m * H + kh * G) * HD + i]) * scale;
-    __syncthreads();
+    attn_wait_k();
     attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
+    attn_wait_v();
     attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
@@ -464,15 +495,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
     int n_old = max(0, min(nt, p0 - t0));     // positions of this chunk already in the cache
     long row_len = (long)(H + 2 * Hk) * HD;
     long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
-    const uint4* k4 = (const uint4*)(kc + kv0);
-    const uint4* v4 = (const uint4*)(vc + kv0);
-    constexpr int N4 = ATTN_CHUNK * HD / 8;
-    int n4 = n_old * HD / 8;
-#pragma unroll
-    for (int j = 0; j < N4 / ATTN_THREADS; j++) {
-        int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < n4) { ((uint4*)ks)[i + i / (HD / 8)] = k4[i]; ((uint4*)vs)[i] = v4[i]; }   // K rows padded by 16 bytes
-    }
+    attn_load_tile<HD>(ks, vs, kc, vc, kv0, n_old);   // in flight during the RoPE work below
     // this pass's keys (rotated) and values, from qkv rows m - (p - t)
     for (int i = threadIdx.x; i < (nt - n_old) * half; i += blockDim.x) {
         int t = t0 + n_old + i / half, j = i % half;
@@ -496,13 +519,14 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         qs[g][ia] = bf2f(f2bf(ra)) * scale;   // rounded to bf16 as the separate RoPE kernel stores q
         qs[g][ib] = bf2f(f2bf(rb)) * scale;
     }
-    __syncthreads();
+    attn_wait_k();
     if (c == p / ATTN_CHUNK)   // this row's own position, for later passes
         for (int d = threadIdx.x; d < HD; d += blockDim.x) {
             kc[kv0 + (long)(p - t0) * HD + d] = ks[(p - t0) * KSTR(HD) + d];
             vc[kv0 + (long)(p - t0) * HD + d] = vs[(p - t0) * HD + d];
         }
     attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
+    attn_wait_v();
     attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;

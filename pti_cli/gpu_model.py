@@ -55,6 +55,8 @@ class GpuShape:
 class DenseLinear:
     """Torch path: dequantised weights per twin; rows [:n_a] use twin A, the rest twin B."""
 
+    glu = False   # outputs are the matrix's rows (gate and up apart)
+
     def __init__(self, mats: list[torch.Tensor], stored_bytes: int):
         self.mats, self.nbytes = mats, stored_bytes
 
@@ -66,31 +68,36 @@ class DenseLinear:
 
 
 class KernelLinear:
-    """The kernels backend's matmul (batch-invariant); both twins from one read when ab."""
+    """The kernels backend's matmul (batch-invariant); both twins from one read when ab.
+    glu: a fused gate/up matrix whose kernel returns silu(gate) * up ([M, rows / 2])."""
 
     def __init__(self, backend: Any, w: Any, n_twins: int, stored_bytes: int, out_dtype=None, twin: int = 0):
         self.backend, self.w, self.n_twins, self.twin = backend, w, n_twins, twin
         self.out_dtype = out_dtype
+        self.glu = getattr(w, "glu", False)
         self.nbytes = getattr(w, "nbytes", stored_bytes)   # what the kernels read (padding rows included)
 
     def __call__(self, x: torch.Tensor, n_a: int) -> torch.Tensor:
         if self.n_twins == 1:
             return self.backend.matmul(x, self.w, self.twin, self.out_dtype)
         # both twins' outputs straight into one [M, N] tensor: no concatenation pass
-        y = torch.empty((x.shape[0], self.w.rows), dtype=self.out_dtype or x.dtype, device=x.device)
+        n_out = self.w.rows // 2 if self.glu else self.w.rows
+        y = torch.empty((x.shape[0], n_out), dtype=self.out_dtype or x.dtype, device=x.device)
         self.backend.matmul_twins(x[:n_a], x[n_a:], self.w, self.out_dtype, outs=(y[:n_a], y[n_a:]))
         return y
 
 
 def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, backend: Any = None,
-                out_f32: bool = False):
+                out_f32: bool = False, glu: bool = False):
     """A Linear from one or two (int8 [N, K], f16 scales [N, K/32]) Q8_0 matrices on `device`.
-    out_f32: float32 outputs from the kernels (the logits)."""
+    out_f32: float32 outputs from the kernels (the logits).  glu: the rows are gate then up,
+    and a kernels backend that can may return silu(gate) * up itself (the Linear's `glu`)."""
     n, k = pairs[0][0].shape
     q8_bytes = n * ((k + QBLOCK - 1) // QBLOCK) * 34 * len(pairs)
     if backend is not None:
-        return KernelLinear(backend, backend.weight_from_q8(pairs), len(pairs), q8_bytes,
-                            torch.float32 if out_f32 else None)
+        glu = glu and not out_f32 and getattr(backend, "glu_ok", lambda n: False)(n)
+        return KernelLinear(backend, backend.weight_from_q8(pairs, glu=glu) if glu else backend.weight_from_q8(pairs),
+                            len(pairs), q8_bytes, torch.float32 if out_f32 else None)
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
     mats = []
     for qs, scales in pairs:
@@ -105,7 +112,7 @@ class LayerWeights:
     wqkv: Any     # fused q, k, v rows
     wo: Any
     ffn_norm: torch.Tensor
-    wgu: Any      # fused gate rows then up rows
+    wgu: Any      # fused gate rows then up rows (glu: returns silu(gate) * up)
     wdown: Any
 
 
@@ -250,7 +257,8 @@ class GpuModel:
             q = ops.rope_kv(self, lw.wqkv(h, n_a), pos, slot, i)
             a = ops.attention(self, q, pos, slot, i, S, P)
             h = ops.add_norm(x, lw.wo(a, n_a), lw.ffn_norm, sh.eps, self.act_dtype, n_a)
-            r = lw.wdown(ops.silu_mul(lw.wgu(h, n_a), sh.ffn), n_a)
+            gu = lw.wgu(h, n_a)
+            r = lw.wdown(gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), n_a)
         h = ops.add_norm(x, r, self.w.out_norm, sh.eps, self.act_dtype, n_a)
         return self.w.output(h, n_a)
 
@@ -387,13 +395,13 @@ def load_ssq(ssq: Any, backend: Any, device: torch.device, twins: str = "a", *, 
     shape = GpuShape(cfg.n_layers, cfg.hidden, cfg.ffn, cfg.n_heads, cfg.n_kv_heads, cfg.vocab,
                      head_dim=cfg.head_dim, eps=cfg.rms_eps, rope_theta=cfg.rope_theta, rope_neox=cfg.rope_neox)
 
-    def q8(*names: str, out_f32: bool = False):
+    def q8(*names: str, out_f32: bool = False, glu: bool = False):
         pairs = []
         for t in ts:
             parts = [ssq.q8(n, t) for n in names]
             pairs.append((torch.from_numpy(np.concatenate([p[0] for p in parts])).to(device),
                           torch.from_numpy(np.concatenate([p[1] for p in parts])).to(device)))
-        return make_linear(pairs, device, backend, out_f32)
+        return make_linear(pairs, device, backend, out_f32, glu)
 
     def vec(name: str) -> torch.Tensor:   # [n] for one twin, [2, n] for two
         v = [torch.from_numpy(np.ascontiguousarray(ssq.dense(name, t), dtype=np.float32)) for t in ts]
@@ -403,7 +411,8 @@ def load_ssq(ssq: Any, backend: Any, device: torch.device, twins: str = "a", *, 
     layers = [LayerWeights(vec(f"blk.{i}.attn_norm.weight"),
                            q8(f"blk.{i}.attn_q.weight", f"blk.{i}.attn_k.weight", f"blk.{i}.attn_v.weight"),
                            q8(f"blk.{i}.attn_output.weight"), vec(f"blk.{i}.ffn_norm.weight"),
-                           q8(f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight"), q8(f"blk.{i}.ffn_down.weight"))
+                           q8(f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight", glu=True),
+                           q8(f"blk.{i}.ffn_down.weight"))
               for i in range(cfg.n_layers)]
     embed = vec("token_embd.weight").to(act)
     output = q8("token_embd.weight" if cfg.tied_embeddings else "output.weight", out_f32=True)

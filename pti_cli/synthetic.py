@@ -121,11 +121,11 @@ def build_weights(shape: GpuShape, device: torch.device, twins: str, seed: int, 
     gen.manual_seed(seed)
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
 
-    def mat(n: int, k: int, out_f32: bool = False):
+    def mat(n: int, k: int, out_f32: bool = False, glu: bool = False):
         pairs = [random_q8(n, k, gen, draw_device) for _ in range(2 if twins == "ab" else 1)]
         if draw_device != device:
             pairs = [(q.to(device), s.to(device)) for q, s in pairs]
-        return make_linear(pairs, device, backend, out_f32)
+        return make_linear(pairs, device, backend, out_f32, glu)
 
     def norm():
         return (1.0 + 0.1 * torch.randn(shape.dim, generator=gen, device=draw_device)).float().to(device)
@@ -138,7 +138,7 @@ def build_weights(shape: GpuShape, device: torch.device, twins: str, seed: int, 
             wqkv=mat((shape.n_heads + 2 * shape.n_kv_heads) * hd, shape.dim),
             wo=mat(shape.dim, shape.n_heads * hd),
             ffn_norm=norm(),
-            wgu=mat(2 * shape.ffn, shape.dim),
+            wgu=mat(2 * shape.ffn, shape.dim, glu=True),
             wdown=mat(shape.dim, shape.ffn),
         ))
     return Weights(embed=embed, layers=layers, out_norm=norm(), output=mat(shape.vocab, shape.dim, out_f32=True))

@@ -155,6 +155,23 @@ def test_ops_source_has_every_kernel_the_host_launches(tmp_path, monkeypatch):
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, name
 
 
+def test_glu_rows_interleave_gate_and_up_for_the_epilogue():
+    """A fused gate/up matrix's rows go 8 gate, then the same 8 up rows, per 16-row group:
+    the epilogue's lane with row g (output column 8 * group + g) then has both values."""
+    from pti_cli.backends.repack import interleave_glu_rows
+    from pti_cli.errors import PtiError
+
+    ffn = 8 * int(torch.randint(1, 9, (1,)))
+    t = torch.randn(2 * ffn, 5)
+    out = interleave_glu_rows(t)
+    for f in range(ffn):
+        group, g = divmod(f, 8)
+        assert torch.equal(out[16 * group + g], t[f])            # gate row f
+        assert torch.equal(out[16 * group + 8 + g], t[ffn + f])  # up row f
+    with pytest.raises(PtiError, match="multiple of 16"):
+        interleave_glu_rows(torch.zeros(2 * ffn + 8, 3))
+
+
 def test_variant_names_match_the_kernel_source():
     """Every variant the host may launch is instantiated in kernels/pti_kernel.hip with the
     template arguments its name says (t, r, m, u, and p: the pipelined main loop, 0 when
@@ -173,3 +190,11 @@ def test_variant_names_match_the_kernel_source():
         assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
         assert minb in (1, 2, 3), v
         assert split_variant(f"pti_mm_bf16_f32_{v}".split("_", 4)[4]) == split_variant(v)
+
+
+def test_the_policy_has_every_fused_glu_kernel():
+    """Every variant the host may pick for a fused gate/up matrix is instantiated with the glu
+    epilogue (kernel_name then names a kernel that exists)."""
+    from pti_cli.backends.cuda import TC_VARIANTS, glu_variants
+    policy = {v for vs in TC_VARIANTS.values() for _, a, b in vs for v in (a, b)}
+    assert policy <= set(glu_variants())

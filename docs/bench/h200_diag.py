@@ -1,8 +1,10 @@
-"""Where a decode pass's time goes on the GPU (synthetic model, one sequence, one row).
+"""Where a decode pass's time goes on the GPU (synthetic model, one row per sequence).
 
 Times CUDA-graph replays of: the whole pass (fused ops), the whole pass with
 plain torch ops, the matmuls alone (same weights, same shapes), and each
-non-matmul op alone x the count per pass.  Prints one JSON line and a table.
+non-matmul op alone x the count per pass; one sequence, then (keys ending in
+_s16) the same for 16 sequences at the same context.  Prints one JSON line and
+a table.
 
     python3 docs/bench/h200_diag.py 8b [out.json]
 """
@@ -30,7 +32,7 @@ def main() -> None:
     dev = torch.device("cuda")
     ops, be = CudaOps(dev), kernel_backend(dev)
     bw = measure_read_bandwidth(dev, 4 << 30, ops)
-    m = build_model(size, dev, "a", 4, 640, ops, be)
+    m = build_model(size, dev, "a", 16, 640, ops, be)
     sh = m.shape
     m.prefill([SeqRows(0, list(range(1, 513)), 0)])
     tok = torch.tensor([5], dtype=torch.int32, device=dev)
@@ -75,12 +77,46 @@ def main() -> None:
     out["empty_kernels_ms"] = graph_time(lambda: [empty.add_(0) for _ in range(L * 10)])
     out["silu_ms"] = graph_time(lambda: [ops.silu_mul(gu, sh.ffn) for _ in range(L)])
     out["launches_per_pass"] = L * 8 + 5
+    out.update(breakdown16(m, ops, 16))
     print(json.dumps(out))
     for k, v in out.items():
         print(f"{k:>20}: {v:.4g}" if isinstance(v, float) else f"{k:>20}: {v}")
     if len(sys.argv) > 2:
         with open(sys.argv[2], "w") as f:
             json.dump(out, f, indent=1)
+
+
+def breakdown16(m, ops, S: int) -> dict:
+    """The pass and its parts for S sequences of one row each, all at position 512 (the KV
+    contents do not change the time)."""
+    sh, dev, L = m.shape, m.device, m.shape.n_layers
+    tok = torch.full((S,), 5, dtype=torch.int32, device=dev)
+    pos = torch.full((S,), 512, dtype=torch.int32, device=dev)
+    slot = torch.arange(S, dtype=torch.int32, device=dev)
+    h = torch.randn(S, sh.dim, device=dev).bfloat16()
+    a = torch.randn(S, sh.ffn, device=dev).bfloat16()
+    x = torch.randn(S, sh.dim, device=dev)
+    qkv = torch.randn(S, (sh.n_heads + 2 * sh.n_kv_heads) * sh.head_dim, device=dev).bfloat16()
+    gu = torch.randn(S, 2 * sh.ffn, device=dev).bfloat16()
+    lw = m.w.layers[0]
+    out = {"pass_fused_ms_s16": graph_time(lambda: m.forward(tok, pos, slot, S, 1, S))}
+
+    def matmuls():
+        for w in m.w.layers:
+            w.wqkv(h, S)
+            w.wo(h, S)
+            w.wgu(h, S)
+            w.wdown(a, S)
+        m.w.output(h, S)
+    out["matmuls_ms_s16"] = graph_time(matmuls)
+    for name, fn in (("qkv", lambda: lw.wqkv(h, S)), ("o", lambda: lw.wo(h, S)), ("gate_up", lambda: lw.wgu(h, S)),
+                     ("down", lambda: lw.wdown(a, S))):
+        out[f"matmul_{name}_us_s16"] = graph_time(lambda: [fn() for _ in range(L)]) * 1e3 / L
+    out["attention_rope_ms_s16"] = graph_time(lambda: [ops.attention(m, qkv, pos, slot, i, S, 1) for i in range(L)])
+    out["norms_ms_s16"] = graph_time(lambda: [ops.add_norm(x, h, lw.attn_norm, sh.eps, torch.bfloat16)
+                                              for _ in range(2 * L)])
+    out["silu_ms_s16"] = graph_time(lambda: [ops.silu_mul(gu, sh.ffn) for _ in range(L)])
+    return out
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import torch
 
 from ..errors import PtiError
 from .base import Backend
-from .repack import Packed, repack_q8, repack_ssq16
+from .repack import Packed, interleave_glu_rows, repack_q8, repack_ssq16
 
 MAX_ROWS = 64          # rows per launch (8 tiles of 8)
 THREADS = 256
@@ -61,6 +61,7 @@ class KernelMatrix:
     cols: int
     identical: bool                # one model serves both twins
     extra: dict = field(default_factory=dict)
+    glu: bool = False              # gate/up rows interleaved; the kernels return silu(gate) * up [M, rows / 2]
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -69,6 +70,14 @@ class KernelMatrix:
     @property
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.packs)
+
+
+NO_GLU_VARIANTS = ("t1_r1_m1_u6_p1",)   # not instantiated with the fused gate/up epilogue (it spills)
+
+
+def glu_variants() -> list[str]:
+    """The variants instantiated with the fused gate/up epilogue (pti_mm_bf16_glu_*)."""
+    return [v for v in all_variants() if v not in NO_GLU_VARIANTS]
 
 
 def variant_for(twins: int, m: int, wide: bool = False) -> str:
@@ -126,18 +135,28 @@ class KernelBackend(Backend):
         packs = repack_ssq16(raw, cols, twins)
         return KernelMatrix(packs, {t: i for i, t in enumerate(ids)}, rows, cols, False)
 
-    def weight_from_q8(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], cols: int | None = None) -> KernelMatrix:
+    def glu_ok(self, rows: int) -> bool:
+        """Whether a fused gate/up matrix of `rows` rows can take the silu(gate) * up epilogue."""
+        return not self.generic and self.kind == "cuda" and rows % 16 == 0 and self.act_dtype == torch.bfloat16
+
+    def weight_from_q8(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], cols: int | None = None,
+                       glu: bool = False) -> KernelMatrix:
         """One or two (int8 [N, K or nb*32], float16 [N, nb]) Q8_0 matrices (twins A, B) on any
-        device; `cols` is the logical K when the int8 rows are padded to whole blocks."""
+        device; `cols` is the logical K when the int8 rows are padded to whole blocks.
+        glu: the rows are [gate F | up F] and matmuls return bf16 silu(gate) * up [M, F]."""
         rows, cols = pairs[0][0].shape[0], cols or pairs[0][0].shape[1]
+        if glu and not self.glu_ok(rows):
+            raise PtiError(f"the {self.kind} backend cannot fuse SiLU into a {rows}-row gate/up matrix")
         packs = []
         for q, d in pairs:
+            if glu:
+                q, d = interleave_glu_rows(q), interleave_glu_rows(d)
             q = q.to(self.device)
             if q.shape[1] % 32:
                 q = torch.nn.functional.pad(q, (0, 32 - q.shape[1] % 32))
             packs.append(repack_q8(q.contiguous(), d.to(self.device, torch.float16).contiguous(), cols))
         plane = {0: 0, 1: 0} if len(packs) == 1 else {0: 0, 1: 1}
-        return KernelMatrix(packs, plane, rows, cols, len(packs) == 1)
+        return KernelMatrix(packs, plane, rows, cols, len(packs) == 1, glu=glu)
 
     def _dev(self, a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a).view(np.dtype(str(dtype).split(".")[1])).copy())
@@ -149,7 +168,7 @@ class KernelBackend(Backend):
         """y[M, N] = x @ W_twin^T; y has x's dtype unless out_dtype is float32 (or is `out`)."""
         y = self._out(x, w, out_dtype, out)
         if x.shape[0]:
-            self._run([w.packs[w.plane[twin]]], [x], [y])
+            self._run([w.packs[w.plane[twin]]], [x], [y], w.glu)
         return y
 
     def matmul_twins(self, xa: torch.Tensor, xb: torch.Tensor, w: KernelMatrix,
@@ -166,7 +185,7 @@ class KernelBackend(Backend):
                 return y[: xa.shape[0]], y[xa.shape[0]:]
             return self.matmul(xa, w, 0, out_dtype, oa), self.matmul(xb, w, 1, out_dtype, ob)
         ya, yb = self._out(xa, w, out_dtype, oa), self._out(xb, w, out_dtype, ob)
-        self._run([w.packs[w.plane[0]], w.packs[w.plane[1]]], [xa, xb], [ya, yb])
+        self._run([w.packs[w.plane[0]], w.packs[w.plane[1]]], [xa, xb], [ya, yb], w.glu)
         return ya, yb
 
     def _out(self, x: torch.Tensor, w: KernelMatrix, out_dtype, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -174,15 +193,17 @@ class KernelBackend(Backend):
             raise PtiError(f"matmul: activations {tuple(x.shape)} do not match a {w.rows}x{w.cols} matrix")
         if x.dtype != self.act_dtype or x.device != self.device:
             raise PtiError(f"matmul: activations must be {self.act_dtype} on {self.device}, got {x.dtype} on {x.device}")
+        n = w.rows // 2 if w.glu else w.rows
+        dtypes = (x.dtype,) if w.glu else (x.dtype, torch.float32)
         if out is not None:
-            if out.shape != (x.shape[0], w.rows) or not out.is_contiguous() or out.dtype not in (x.dtype, torch.float32):
-                raise PtiError(f"matmul: out must be a contiguous [{x.shape[0]}, {w.rows}] {x.dtype} or float32 tensor")
+            if out.shape != (x.shape[0], n) or not out.is_contiguous() or out.dtype not in dtypes:
+                raise PtiError(f"matmul: out must be a contiguous [{x.shape[0]}, {n}] tensor of {' or '.join(map(str, dtypes))}")
             return out
-        if out_dtype not in (None, x.dtype, torch.float32):
-            raise PtiError(f"matmul: output dtype must be {x.dtype} or float32, not {out_dtype}")
-        return torch.empty(x.shape[0], w.rows, dtype=out_dtype or x.dtype, device=self.device)
+        if out_dtype not in (None,) + dtypes:
+            raise PtiError(f"matmul: output dtype must be {' or '.join(map(str, dtypes))}, not {out_dtype}")
+        return torch.empty(x.shape[0], n, dtype=out_dtype or x.dtype, device=self.device)
 
-    def _run(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]) -> None:
+    def _run(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor], glu: bool = False) -> None:
         if len({y.dtype for y in ys}) > 1:
             raise PtiError("matmul_twins: both outputs must have one dtype")
         xs = [x if x.stride(1) == 1 else x.contiguous() for x in xs]
@@ -193,12 +214,12 @@ class KernelBackend(Backend):
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
-                                                          ys[0].dtype, rows=packs[0].rows))
+                                                          ys[0].dtype, rows=packs[0].rows, glu=glu))
 
     def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None,
-                    rows: int = 0) -> str:
+                    rows: int = 0, glu: bool = False) -> str:
         """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few)."""
-        tag = ACT_TAGS[act] + ("_f32" if out == torch.float32 else "_out")
+        tag = ACT_TAGS[act] + ("_glu" if glu else "_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
         wide = rows / 16 >= WIDE_ROW_GROUPS_PER_SM * self.sm_count
@@ -217,7 +238,7 @@ class KernelBackend(Backend):
         pb = packs[1] if len(packs) > 1 else None
         vals = (ptr(p0.q), ptr(p0.s), ptr(pb.q if pb else None), ptr(pb.s if pb else None),
                 ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
-                ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows, vec_ok)
+                ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows // 2 if "_glu_" in name else p0.rows, vec_ok)
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
         return g // rg, vals, types
 
@@ -282,6 +303,7 @@ class CudaBackend(KernelBackend):
             if not self.generic:
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
                           for v in all_variants()]
+                names += [f"pti_mm_bf16_glu_{v}" for v in glu_variants()]
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if n.startswith("pti_mm_"):

@@ -91,6 +91,16 @@ def unpack_q8(p: Packed) -> tuple[torch.Tensor, torch.Tensor]:
     return qs[: p.rows].contiguous(), d.reshape(g * 16, nb)[: p.rows].contiguous()
 
 
+def interleave_glu_rows(t: torch.Tensor) -> torch.Tensor:
+    """Rows [gate F | up F] -> per 16-row group, 8 gate rows then the same 8 up rows, so that
+    a kernel lane holding row g of a group (the MMA's c0, c1) also holds row g + 8 (c2, c3):
+    the gate and up values of one output column, for a fused silu(gate) * up epilogue."""
+    n = t.shape[0]
+    if n % 16:
+        raise PtiError(f"repack: a fused gate/up matrix needs a multiple of 16 rows, not {n}")
+    return t.reshape(2, n // 16, 8, *t.shape[1:]).transpose(0, 1).reshape(t.shape).contiguous()
+
+
 def split_ssq16(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """uint8 [N, nb*68] SSQ16 blocks -> (qa int8, da f16, qb int8, db f16), Q8_0 rows per twin.
 
