@@ -548,10 +548,6 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 // "_p1": the software-pipelined main loop (PF = 1), at the MINB given here (one
 // MINB per name).
 #define PTI_TC_ALL(TAG, TIN, TOUT)                                     \
-    PTI_TC_MOST(TAG, TIN, TOUT)                                        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u6_p1, TIN, TOUT, 1, 1, 1, 6, 1, 2)
-// every variant but t1_r1_m1_u6_p1, which spills with the fused gate/up epilogue
-#define PTI_TC_MOST(TAG, TIN, TOUT)                                    \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 0, 1)    \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 0, 3)    \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2, TIN, TOUT, 2, 1, 1, 2, 0, 3)    \
@@ -570,18 +566,14 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4, 0, 1)    \
     PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4, 0, 1)    \
     PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_p1, TIN, TOUT, 1, 1, 1, 2, 1, 3) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u3_p1, TIN, TOUT, 1, 1, 1, 3, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p1, TIN, TOUT, 1, 1, 1, 4, 1, 2) \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u1_p1, TIN, TOUT, 2, 1, 1, 1, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 2) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3_p1, TIN, TOUT, 1, 1, 2, 3, 1, 2)
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)
 PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
-PTI_TC_MOST(bf16_glu, 0, 2)
+PTI_TC_ALL(bf16_glu, 0, 2)
 
 #endif  // PTI_CUDA

@@ -174,31 +174,35 @@ INSTANTIATE(float, f32)
 #define KSTR(HD) ((HD) + 8)
 
 // Scores of the chunk's nt keys for G heads into sc, then per head: max into mx,
-// exp(score - max) into sc, their sum into sm.  Thread i takes key i % ATTN_CHUNK of
-// head i / ATTN_CHUNK (a warp: 32 keys of one head, so q loads are broadcasts) and
-// sums its dot product sequentially over the dimensions (about 1.4 instructions per
-// multiply-add; a warp per key with a shuffle tree took 4); the softmax reductions
-// are fixed trees.  Every order is fixed by the key's place in its chunk, never by
-// the number of rows.
+// exp(score - max) into sc, their sum into sm.  Thread t computes key t's dot
+// products with every head's query, sequentially over the dimensions (about 1.4
+// instructions per multiply-add; a warp per key with a shuffle tree took 4); the
+// softmax reductions are fixed trees.  Every order is fixed by the key's place in
+// its chunk, never by the number of rows.
 template <int HD, int NG>
 __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], float (*sc)[ATTN_CHUNK],
                                             float* mx, float* sm, int nt, int G) {
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    for (int i = threadIdx.x; i < G * ATTN_CHUNK; i += blockDim.x) {
-        int t = i % ATTN_CHUNK, g = i / ATTN_CHUNK;
-        if (t >= nt) continue;
-        const float* q = qs[g];
-        float s = 0.f;
+    for (int t = threadIdx.x; t < nt; t += blockDim.x) {
+        float s[NG];
+#pragma unroll
+        for (int g = 0; g < NG; g++) s[g] = 0.f;
 #pragma unroll 4
         for (int d0 = 0; d0 < HD; d0 += 8) {
             uint4 kv = *(const uint4*)&ks[t * KSTR(HD) + d0];
-            float4 qa = *(const float4*)&q[d0], qb = *(const float4*)&q[d0 + 4];
-            s = __fmaf_rn(qa.x, bf2f(kv.x & 0xffff), s); s = __fmaf_rn(qa.y, bf2f(kv.x >> 16), s);
-            s = __fmaf_rn(qa.z, bf2f(kv.y & 0xffff), s); s = __fmaf_rn(qa.w, bf2f(kv.y >> 16), s);
-            s = __fmaf_rn(qb.x, bf2f(kv.z & 0xffff), s); s = __fmaf_rn(qb.y, bf2f(kv.z >> 16), s);
-            s = __fmaf_rn(qb.z, bf2f(kv.w & 0xffff), s); s = __fmaf_rn(qb.w, bf2f(kv.w >> 16), s);
+            float k[8] = {bf2f(kv.x & 0xffff), bf2f(kv.x >> 16), bf2f(kv.y & 0xffff), bf2f(kv.y >> 16),
+                          bf2f(kv.z & 0xffff), bf2f(kv.z >> 16), bf2f(kv.w & 0xffff), bf2f(kv.w >> 16)};
+#pragma unroll
+            for (int g = 0; g < NG; g++) {
+                float4 qa = *(const float4*)&qs[g][d0], qb = *(const float4*)&qs[g][d0 + 4];
+                s[g] = __fmaf_rn(qa.x, k[0], s[g]); s[g] = __fmaf_rn(qa.y, k[1], s[g]);
+                s[g] = __fmaf_rn(qa.z, k[2], s[g]); s[g] = __fmaf_rn(qa.w, k[3], s[g]);
+                s[g] = __fmaf_rn(qb.x, k[4], s[g]); s[g] = __fmaf_rn(qb.y, k[5], s[g]);
+                s[g] = __fmaf_rn(qb.z, k[6], s[g]); s[g] = __fmaf_rn(qb.w, k[7], s[g]);
+            }
         }
-        sc[g][t] = s;
+#pragma unroll
+        for (int g = 0; g < NG; g++) if (g < G) sc[g][t] = s[g];
     }
     __syncthreads();
     for (int g = w; g < G; g += nw) {   // one warp per head; lanes take keys lane, lane + WARP, ...
@@ -213,25 +217,34 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
     __syncthreads();
 }
 
-// Un-normalised output of the chunk: thread i takes dimensions 2j, 2j + 1 (j = i %
-// (HD / 2)) of head i / (HD / 2) (a warp: 32 neighbouring pairs of one head, so the
-// probability loads are broadcasts), summing the keys in key order with fused
-// multiply-adds.
+// Un-normalised output of the chunk: thread i takes dimensions 2i and 2i + 1 of
+// every head (one load of the value pair serves all G heads), summing the keys in
+// key order with fused multiply-adds.
 template <int HD, int NG>
 __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK], int nt, int G, float* part_acc,
                                         long row_head0, int n_chunks, int c) {
-    for (int i = threadIdx.x; i < G * (HD / 2); i += blockDim.x) {
-        int g = i / (HD / 2), j = i % (HD / 2);
-        const float* pr = sc[g];
-        float a0 = 0.f, a1 = 0.f;
+    for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
+        float a0[NG], a1[NG];
+#pragma unroll
+        for (int g = 0; g < NG; g++) a0[g] = a1[g] = 0.f;
 #pragma unroll 4
         for (int t = 0; t < nt; t++) {
-            unsigned v = *(const unsigned*)&vs[t * HD + 2 * j];
-            float p = pr[t];
-            a0 = __fmaf_rn(p, bf2f(v & 0xffff), a0);
-            a1 = __fmaf_rn(p, bf2f(v >> 16), a1);
+            unsigned v = *(const unsigned*)&vs[t * HD + 2 * i];
+            float v0 = bf2f(v & 0xffff), v1 = bf2f(v >> 16);
+#pragma unroll
+            for (int g = 0; g < NG; g++) {
+                float pr = sc[g][t];
+                a0[g] = __fmaf_rn(pr, v0, a0[g]);
+                a1[g] = __fmaf_rn(pr, v1, a1[g]);
+            }
         }
-        *(float2*)(part_acc + ((row_head0 + g) * n_chunks + c) * HD + 2 * j) = make_float2(a0, a1);
+#pragma unroll
+        for (int g = 0; g < NG; g++)
+            if (g < G) {
+                float* o = part_acc + ((row_head0 + g) * n_chunks + c) * HD + 2 * i;
+                o[0] = a0[g];
+                o[1] = a1[g];
+            }
     }
 }
 
@@ -239,7 +252,7 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK
 // asynchronous copies on sm_80+, K and V in two commit groups so that the scores can
 // start once K has landed (attn_wait_k) while V is still on its way (attn_wait_v).
 // Elsewhere plain loads (then both waits are only the block barrier).
-#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(PTI_ATTN_NO_ASYNC)
 #define ATTN_ASYNC 1
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     unsigned d = (unsigned)__cvta_generic_to_shared(dst);

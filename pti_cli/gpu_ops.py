@@ -22,10 +22,11 @@ from .gpu_model import ATTN_CHUNK
 P, I, L, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
 
 
-def ops_binary(arch: str) -> bytes:
-    """The CUBIN of kernels/pti_ops.hip for `arch` (compiled once, cached like the matmuls')."""
+def ops_binary(arch: str, source: str = "pti_ops.hip") -> bytes:
+    """The CUBIN of kernels/pti_ops.hip (or of another source path, for A/B runs) for `arch`
+    (compiled once, cached like the matmuls')."""
     from .backends.compile import cached_binary
-    return cached_binary("cuda", arch, "pti_ops.hip").binary
+    return cached_binary("cuda", arch, source).binary
 
 
 def _check(res, what: str):
@@ -73,11 +74,11 @@ def _suffix(t: torch.Tensor) -> str:
 class CudaOps:
     name = "cuda"
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, source: str = "pti_ops.hip"):
         torch.zeros(1, device=device)  # make torch's context current before the module loads
         major, minor = torch.cuda.get_device_capability(device)
         self.device = device
-        self.k = _Module(ops_binary(f"sm_{major}{minor}"), KERNELS,
+        self.k = _Module(ops_binary(f"sm_{major}{minor}", source), KERNELS,
                          pdl=major >= 9 and os.environ.get("PTI_PDL", "1") != "0")
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines

@@ -190,11 +190,3 @@ def test_variant_names_match_the_kernel_source():
         assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
         assert minb in (1, 2, 3), v
         assert split_variant(f"pti_mm_bf16_f32_{v}".split("_", 4)[4]) == split_variant(v)
-
-
-def test_the_policy_has_every_fused_glu_kernel():
-    """Every variant the host may pick for a fused gate/up matrix is instantiated with the glu
-    epilogue (kernel_name then names a kernel that exists)."""
-    from pti_cli.backends.cuda import TC_VARIANTS, glu_variants
-    policy = {v for vs in TC_VARIANTS.values() for _, a, b in vs for v in (a, b)}
-    assert policy <= set(glu_variants())

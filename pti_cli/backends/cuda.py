@@ -36,18 +36,16 @@ TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 # row groups per SM, e.g. 6144 or 28672 rows on an H200.  Twins with more than 8 rows go as two
 # one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
 TC_VARIANTS = {
-    1: ((8, "t1_r1_m1_u8", "t1_r1_m1_u4"), (16, "t1_r1_m2_u4", "t1_r1_m2_u3"), (32, "t1_r1_m4_u2", "t1_r1_m4_u1"),
+    1: ((8, "t1_r1_m1_u4_p1", "t1_r1_m1_u4"), (16, "t1_r1_m2_u4", "t1_r1_m2_u1_p1"), (32, "t1_r1_m4_u2", "t1_r1_m4_u1"),
         (64, "t1_r1_m8_u1", "t1_r1_m8_u1")),
-    2: ((8, "t2_r1_m1_u4", "t2_r1_m1_u2"),),
+    2: ((8, "t2_r1_m1_u2_p1", "t2_r1_m1_u2"),),
 }
 WIDE_ROW_GROUPS_PER_SM = 2.5
 # Loaded and benchmarkable, but not in the policy above.  "_p1": the software-pipelined main loop
 # (kernels/pti_kernel.hip, PF = 1; the next step's loads in flight while a step is computed),
 # not yet measured (docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
-                  "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4",
-                  "t1_r1_m1_u2_p1", "t1_r1_m1_u3_p1", "t1_r1_m1_u4_p1", "t1_r1_m1_u6_p1", "t2_r1_m1_u1_p1",
-                  "t2_r1_m1_u2_p1", "t1_r1_m2_u1_p1", "t1_r1_m2_u3_p1")
+                  "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u4", "t1_r1_m2_u3")
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -70,14 +68,6 @@ class KernelMatrix:
     @property
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.packs)
-
-
-NO_GLU_VARIANTS = ("t1_r1_m1_u6_p1",)   # not instantiated with the fused gate/up epilogue (it spills)
-
-
-def glu_variants() -> list[str]:
-    """The variants instantiated with the fused gate/up epilogue (pti_mm_bf16_glu_*)."""
-    return [v for v in all_variants() if v not in NO_GLU_VARIANTS]
 
 
 def variant_for(twins: int, m: int, wide: bool = False) -> str:
@@ -303,7 +293,7 @@ class CudaBackend(KernelBackend):
             if not self.generic:
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
                           for v in all_variants()]
-                names += [f"pti_mm_bf16_glu_{v}" for v in glu_variants()]
+                names += [f"pti_mm_bf16_glu_{v}" for v in all_variants()]
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if n.startswith("pti_mm_"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pti_cli.backends.cuda import glu_variants, split_variant
+from pti_cli.backends.cuda import all_variants, split_variant
 from pti_cli.gpu_model import make_linear
 
 pytestmark = pytest.mark.gpu
@@ -32,7 +32,7 @@ def rand_q8(n: int, k: int):
     return q.cuda(), d.cuda()
 
 
-@pytest.mark.parametrize("ffn,k", [(512, 256), (344, 1000), (1536, 576)])
+@pytest.mark.parametrize("ffn,k", [(512, 256), (344, 1024), (1536, 576)])   # the model's K: whole blocks
 @pytest.mark.parametrize("twins", [1, 2])
 def test_fused_glu_equals_matmul_then_silu(backend, ops, ffn, k, twins):
     pairs = [rand_q8(2 * ffn, k) for _ in range(twins)]
@@ -55,9 +55,9 @@ def test_every_variant_fuses_the_same_bits(backend, ops):
     pick any of them."""
     ffn, k = 344, 1000
     pairs = [rand_q8(2 * ffn, k), rand_q8(2 * ffn, k)]
-    plain = backend.weight_from_q8(pairs)
-    fused = backend.weight_from_q8(pairs, glu=True)
-    for v in glu_variants():
+    plain = backend.weight_from_q8(pairs, k)   # K = 1000: the guarded tail too
+    fused = backend.weight_from_q8(pairs, k, glu=True)
+    for v in all_variants():
         t, rows = split_variant(v)["t"], 8 * split_variant(v)["m"]
         for m in sorted({1, rows - 3, rows} - {0}):
             xs = [torch.randn(m, k, generator=GEN).bfloat16().cuda() for _ in range(t)]
