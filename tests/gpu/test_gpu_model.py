@@ -296,3 +296,29 @@ def test_pti_takes_the_fused_gpu_path_losslessly(dev, tmp_path):
     assert isinstance(p._model_port, EnginePort)
     first = runs[("none", 1)][0]
     assert len(first) > 0 and all(r == first for v in runs.values() for r in v), runs
+
+
+@pytest.mark.parametrize("shape", [SHAPE, SHAPE64], ids=["hd128", "hd64"])
+def test_attention_kernels_match_torch_attention(shape, dev, backend, ops):
+    """The attention kernels (tensor cores on sm_80+) against plain float32 torch attention over
+    the same bf16 cache and queries, per row, at chunk edges and with draft rows (causal among a
+    sequence's rows): within bf16 rounding of the output."""
+    m = gpu_model(shape, dev, backend, ops, graphs=False)
+    gen = torch.Generator(device="cpu").manual_seed(int(torch.randint(0, 1 << 30, (1,))))
+    for cache in (m.kcache[0], m.vcache[0]):
+        cache.copy_((3 * torch.randn(cache.shape, generator=gen)).to(cache.dtype))
+    H, hd = shape.n_heads, shape.head_dim
+    for S, P, starts in ((4, 1, (150, 63, 64, 0)), (2, 3, (62, 127))):
+        pos = torch.tensor([s + j for s in starts for j in range(P)], dtype=torch.int32, device=dev)
+        slot = torch.tensor([i for i in range(S) for _ in range(P)], dtype=torch.int32, device=dev)
+        q = torch.randn(S * P, H * hd, generator=gen).bfloat16().to(dev)
+        ops.fused_rope = False
+        try:
+            got = ops.attention(m, q, pos, slot, 0, S, P).float()
+        finally:
+            ops.fused_rope = True
+        want = TorchOps().attention(m, q, pos, slot, 0, S, P).float()
+        assert torch.isfinite(got).all()
+        for r in range(S * P):
+            assert rel_err(got[r], want[r]) < 4e-3, (S, P, r, rel_err(got[r], want[r]))
+
