@@ -96,8 +96,8 @@ def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.de
     q8_bytes = n * ((k + QBLOCK - 1) // QBLOCK) * 34 * len(pairs)
     if backend is not None:
         glu = glu and not out_f32 and getattr(backend, "glu_ok", lambda n: False)(n)
-        return KernelLinear(backend, backend.weight_from_q8(pairs, glu=glu) if glu else backend.weight_from_q8(pairs),
-                            len(pairs), q8_bytes, torch.float32 if out_f32 else None)
+        return KernelLinear(backend, backend.weight_from_q8(pairs, glu=glu), len(pairs), q8_bytes,
+                            torch.float32 if out_f32 else None)
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
     mats = []
     for qs, scales in pairs:

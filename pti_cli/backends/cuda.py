@@ -41,9 +41,8 @@ TC_VARIANTS = {
     2: ((8, "t2_r1_m1_u2_p1", "t2_r1_m1_u2"),),
 }
 WIDE_ROW_GROUPS_PER_SM = 2.5
-# Loaded and benchmarkable, but not in the policy above.  "_p1": the software-pipelined main loop
-# (kernels/pti_kernel.hip, PF = 1; the next step's loads in flight while a step is computed),
-# not yet measured (docs/perf.md, kernels v10).
+# Loaded and benchmarkable, but not in the policy above ("_p1" in the policy: the software-pipelined
+# main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u4", "t1_r1_m2_u3")
 TWIN_KERNEL_MAX_ROWS = 8
