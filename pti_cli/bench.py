@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .errors import PtiError
-from .gpu_model import GpuModel, GpuShape, SeqRows, TorchOps
+from .gpu_model import GpuModel, GpuShape, SeqRows, TorchOps, rows_per_seq_cap
 
 SEQS_DEFAULT = (1, 2, 4, 8, 16, 32)
 
@@ -171,17 +171,15 @@ def _decode_plain(model: GpuModel, firsts: list[int], starts: list[int], gen: in
     return len(cur) * gen, gen, out
 
 
-ROWS_PER_PASS = 64   # the kernels read the weights once for up to 64 rows: drafts shrink to fit
-
-
 def _decode_replay(model: GpuModel, truth: list[list[int]], starts: list[int], gen: int, twins: str,
                    trace: list[list[list[int]]]):
-    """Replay an accept trace: each pass, sequence i verifies the rows its trace says (cut
-    so that the pass holds at most ROWS_PER_PASS rows), its drafts being its true greedy
-    continuation (`truth`, from plain decoding), and keeps the trace's accepted count.
-    The output is then the plain greedy output."""
+    """Replay an accept trace: each pass, sequence i verifies the rows its trace says (cut,
+    as the engine cuts drafts, to rows_per_seq_cap: the pass stays within the rows that cost
+    about one), its drafts being its true greedy continuation (`truth`, from plain decoding),
+    and keeps the trace's accepted count (at most the rows it verifies).  The output is then
+    the plain greedy output."""
     n = len(truth)
-    cap = max(1, ROWS_PER_PASS // n)
+    cap = rows_per_seq_cap(n)
     # every trace sequence is used whatever n: sequence i replays the passes of trace sequences
     # i, i + n, ... interleaved (pass 0 of each, then pass 1 of each, ...), so no one prompt dominates
     def merged(ks: list[int]) -> list[list[int]]:

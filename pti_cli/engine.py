@@ -166,7 +166,11 @@ class Engine:
         while self.queue and len(self.active) < self.cfg.seqs:
             self.active.append(self._start(self.queue.popleft()))
         seqs = list(self.active)
-        drafts = self._fit_to_tiles(seqs, [self._draft(seq) for seq in seqs])
+        drafts = [self._draft(seq) for seq in seqs]
+        cap = getattr(self.model, "draft_cap", None)   # a model whose extra rows stop being free past a size
+        if cap is not None:
+            drafts = [d[:cap(len(seqs))] for d in drafts]
+        drafts = self._fit_to_tiles(seqs, drafts)
         batch = [(seq.kv, seq.req.twin, seq.tokens[seq.kv.length:] + draft) for seq, draft in zip(seqs, drafts)]
         # the rows that pick tokens: each sequence's last known token's and its draft's
         tails = [len(d) + 1 for d in drafts]

@@ -30,6 +30,21 @@ QBLOCK = 32
 SEQ_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 ROW_BUCKETS = (1, 2, 4, 8, 16)   # rows per sequence captured in graphs; more runs eagerly
 ATTN_CHUNK = 64                  # KV positions per attention block: fixed, so rows never change order
+# Rows a pass may hold for about the price of one: the kernels' first activation tile.  Measured
+# (docs/bench/kernels_h200_*.json): time(M) / time(1) is 1.00-1.10 up to 8 rows, 1.17-1.58 at 16,
+# 1.65-2.31 at 32.  Drafts are cut so that a pass, padded to its graph bucket, stays within it.
+FREE_ROWS = 8
+
+
+def seq_bucket(n: int) -> int:
+    """The sequences a pass of n sequences is padded to (its graph bucket)."""
+    return next((b for b in SEQ_BUCKETS if b >= n), n)
+
+
+def rows_per_seq_cap(n_seqs: int) -> int:
+    """The most rows per sequence (last known token + draft) that keep a pass of n_seqs
+    sequences, padded to its bucket, within FREE_ROWS: drafts shrink as sequences grow."""
+    return max(1, FREE_ROWS // seq_bucket(n_seqs))
 
 
 @dataclass
@@ -269,10 +284,9 @@ class GpuModel:
         n_b = len(seqs) - n_a
         if self.twins != "ab":
             n_a, n_b = len(seqs), 0
-        up = lambda n, bs: next((b for b in bs if b >= n), n)  # noqa: E731
-        key_a = up(n_a, SEQ_BUCKETS) if n_a else 0
-        key_b = up(n_b, SEQ_BUCKETS) if n_b else 0
-        return key_a, key_a + key_b, up(rows, ROW_BUCKETS)
+        key_a = seq_bucket(n_a) if n_a else 0
+        key_b = seq_bucket(n_b) if n_b else 0
+        return key_a, key_a + key_b, next((b for b in ROW_BUCKETS if b >= rows), rows)
 
     def _fill(self, b: _Bucket, seqs: Sequence[SeqRows], host: np.ndarray) -> list[int]:
         """Write tokens/pos/slot of `seqs` into host [3, M]; return each sequence's first row."""
@@ -452,6 +466,10 @@ class EnginePort:
     @property
     def passes(self) -> int:
         return self.model.passes
+
+    def draft_cap(self, n_seqs: int) -> int:
+        """The longest draft worth verifying in a pass of n_seqs sequences (rows_per_seq_cap)."""
+        return rows_per_seq_cap(n_seqs) - 1
 
     def new_kv(self) -> SlotKV:
         if not self.free:

@@ -254,3 +254,29 @@ def test_fused_path_serves_distinct_twins_from_a_file(tmp_path):
     n = len(toks)
     assert torch.allclose(both[:n], alone[1], rtol=1e-5, atol=1e-5)
     assert torch.allclose(both[n:], alone[0], rtol=1e-5, atol=1e-5)
+
+
+def test_drafts_shrink_as_sequences_grow():
+    """The rows per sequence a pass may verify keep the pass, padded to its graph bucket, within
+    the measured free rows (FREE_ROWS); the replay never verifies more."""
+    from pti_cli.gpu_model import FREE_ROWS, SEQ_BUCKETS, rows_per_seq_cap
+    assert [rows_per_seq_cap(n) for n in (1, 2, 3, 4, 5, 8, 9, 64)] == [8, 4, 2, 2, 1, 1, 1, 1]
+    for n in range(1, 65):
+        bucket = next(b for b in SEQ_BUCKETS if b >= n)
+        assert rows_per_seq_cap(n) == 1 or bucket * rows_per_seq_cap(n) <= FREE_ROWS
+
+
+def test_replay_cuts_rows_to_the_cap(tmp_path, monkeypatch):
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"source": "test", "sequences": [[[9, 7], [6, 6]], [[8, 2]]]}))
+    tr = bench.load_trace(trace)
+    seen = []
+    run_pass = bench.GpuModel.run_pass
+
+    def watched(self, seqs, *a, **k):
+        seen.append(max(len(s.tokens) for s in seqs))
+        return run_pass(self, seqs, *a, **k)
+    monkeypatch.setattr(bench.GpuModel, "run_pass", watched)
+    res = bench.bench_synthetic("tiny", [2], ["lookup"], ["a"], device=CPU, prompt_len=10, gen=12,
+                                repeats=0, trace=tr, bw_bytes=16 << 20)
+    assert not res.notes and max(seen[-res.rows[0].passes:]) == 4   # 2 sequences: 4 rows each at most

@@ -234,3 +234,29 @@ def test_real_models_identity_across_spec_k_seqs(tiny_model):
                 assert all(r.tau == 1.0 for r in res)
             elif params is GREEDY:
                 assert sum(r.accepted for r in res) > 0  # random models repeat: drafts do get verified
+
+
+def test_drafts_cut_to_the_model_draft_cap_stay_lossless():
+    """A model that says how long a draft is worth verifying (the GPU port: drafts shrink as
+    sequences grow) gets no longer drafts, and the output does not change."""
+    ps = prompts(6, seed=17)
+    want = [toy_reference(p, 40, GREEDY, s) for s, p in enumerate(ps)]
+    for seqs in (1, 2, 4):
+        feeds = {}
+        for capped in (False, True):
+            model = ToyModel()
+            if capped:
+                model.draft_cap = lambda n: max(0, 4 // n - 1)
+            eng = Engine(model, ToyTokenizer(), EngineConfig(spec="lookup", draft=16, seqs=seqs, max_tokens=40))
+            eng.submit(Request(s, p) for s, p in enumerate(ps))
+            forward, seen = model.forward, []
+
+            def watched(batch, logit_tail=None, forward=forward, seen=seen):   # decode feeds, sequences
+                seen.append((max((len(t) for kv, _, t in batch if kv.length), default=0), len(batch)))
+                return forward(batch, logit_tail)
+            model.forward = watched
+            res = eng.run()
+            assert [r.token_ids for r in res] == want
+            feeds[capped] = seen
+        assert all(rows <= max(1, 4 // n) for rows, n in feeds[True]), (seqs, feeds[True])
+        assert any(rows > max(1, 4 // n) for rows, n in feeds[False]), seqs   # the cap did bind
