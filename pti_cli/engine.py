@@ -167,9 +167,10 @@ class Engine:
             self.active.append(self._start(self.queue.popleft()))
         seqs = list(self.active)
         drafts = [self._draft(seq) for seq in seqs]
-        cap = getattr(self.model, "draft_cap", None)   # a model whose extra rows stop being free past a size
-        if cap is not None:
-            drafts = [d[:cap(len(seqs))] for d in drafts]
+        draft_cap = getattr(self.model, "draft_cap", None)   # a model whose extra rows stop being free past a size
+        if draft_cap is not None:
+            cap = draft_cap(len(seqs))
+            drafts = [d[:cap] for d in drafts]
         drafts = self._fit_to_tiles(seqs, drafts)
         batch = [(seq.kv, seq.req.twin, seq.tokens[seq.kv.length:] + draft) for seq, draft in zip(seqs, drafts)]
         # the rows that pick tokens: each sequence's last known token's and its draft's
