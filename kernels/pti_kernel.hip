@@ -167,7 +167,7 @@ __device__ __forceinline__ void pti_mm_generic(
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
         const signed char* qa, const unsigned* sa, const signed char* qb, const unsigned* sb,  \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok, int npre) {                \
         pti_mm_generic<TIN, TOUT, NTW>(qa, sa, qb, sb, xa, xb, ya, yb, Ma, Mb, N, K, nb, ldx,  \
                                        ldy);                                                   \
     }
@@ -259,6 +259,7 @@ struct PtiArgs {
     void* y[2];
     int M[2];
     int N, K, nb, ldx, ldy, vec_ok;
+    int npre;   // chunks of 8 blocks preloaded into shared memory (the _s1 variants; 0 otherwise)
 };
 
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
@@ -454,19 +455,140 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
     for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT>(st.w[u], st.s[u], st.x[u], acc, KM, KS);
 }
 
+// ------------------------------------------------ weights preloaded before the PDL wait
+// The _s1 variants (one row group per CTA, sm_90+): before griddepcontrol.wait, the first
+// npre chunks of this CTA's weights and scales (chunk c = blocks 8c..8c+7, one block per
+// warp: 4096 + 256 bytes per twin, contiguous in the repacked layout) are requested into
+// shared memory by cp.async.bulk, one mbarrier per chunk.  Weights never change, so this may
+// run while the previous kernel does: a small previous grid (the attention at one sequence,
+// a norm) leaves the SMs to this kernel's CTAs, whose weights then stream in meanwhile.  After
+// the wait each warp computes its preloaded blocks from shared memory, in block order, with
+// pti_block: the same arithmetic and order as every other variant, so the same bits; the
+// blocks past the preloaded ones go through the register loop as usual.
+// Layout: [twin][chunk][4096] weights, [twin][chunk][256] scales, then npre mbarriers at
+// max(16384, that size) (the reduction reuses the front afterwards).
+__device__ __forceinline__ unsigned pti_smem_u32(const void* p) {
+    unsigned r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ int pti_pre_bars(int ntw, int npre) {
+    return ntw * npre * 4352 > 16384 ? ntw * npre * 4352 : 16384;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void pti_bulk_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void pti_bar_wait(unsigned bar) {
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar) : "memory");
+    } while (!done);
+}
+#endif
+
+// Request the preloaded chunks (one thread per chunk, each with its own mbarrier); returns
+// how many (0 before sm_90: the host passes 0 there too).  Call before pti_pdl_wait.
+template <int NTW>
+__device__ __forceinline__ int pti_preload(const PtiArgs& a, int unit, unsigned char* smem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const int npre = a.npre;
+    if (npre <= 0) return 0;
+    const unsigned base = pti_smem_u32(smem);
+    const int c = threadIdx.x;
+    if (c < npre) {
+        const unsigned bar = base + pti_pre_bars(NTW, npre) + 8 * c;
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(NTW * 4352) : "memory");
+        const pti_u64 blk = (pti_u64)unit * a.nb + 8 * c;
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw) {
+            pti_bulk_g2s(base + (tw * npre + c) * 4096, (tw ? a.q[1] : a.q[0]) + blk * 32, 4096, bar);
+            pti_bulk_g2s(base + NTW * npre * 4096 + (tw * npre + c) * 256, (tw ? a.s[1] : a.s[0]) + blk * 8, 256, bar);
+        }
+    }
+    __syncthreads();   // the barriers are initialised before any thread waits on them
+    return npre;
+#else
+    return 0;
+#endif
+}
+
+// The x loads of U preloaded blocks (chunks c0.. c0+U-1, this warp's block in each), zero past npre.
+template <int NTW, int MT, int U>
+__device__ __forceinline__ void pti_pre_x(uint4 (&xv)[U][NTW][MT], const PtiPtrs<NTW, 1, MT>& p, int c0, int npre) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                xv[u][tw][mt] = p.xok[tw][mt] && c0 + u < npre ? __ldg(p.x[tw][mt] + (c0 + u) * 8 * 4)
+                                                               : make_uint4(0, 0, 0, 0);
+}
+
+// U preloaded blocks from shared memory (waiting for each chunk's copy), computed in order.
+template <int TIN, int NTW, int MT, int U>
+__device__ __forceinline__ void pti_pre_step(const uint4 (&xv)[U][NTW][MT], const unsigned char* smem, int c0,
+                                             int npre, int warp, int lane, float* acc, unsigned KM, unsigned KS) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned bars = pti_smem_u32(smem) + pti_pre_bars(NTW, npre);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int c = c0 + u;
+        if (c < npre) {
+            pti_bar_wait(bars + 8 * c);
+            uint4 wv[NTW][1];
+            unsigned sv[NTW][1];
+#pragma unroll
+            for (int tw = 0; tw < NTW; ++tw) {
+                wv[tw][0] = *(const uint4*)(smem + (tw * npre + c) * 4096 + warp * 512 + lane * 16);
+                sv[tw][0] = *(const unsigned*)(smem + NTW * npre * 4096 + (tw * npre + c) * 256 + warp * 32 +
+                                               (lane >> 2) * 4);
+            }
+            pti_block<TIN, NTW, 1, MT>(wv, sv, xv[u], acc, KM, KS);
+        }
+    }
+#endif
+}
+
+// All npre preloaded blocks of this warp: the next U blocks' activations are loaded (from L2)
+// while this step is computed, two buffers unrolled by two so that no registers are copied.
+template <int TIN, int NTW, int MT, int U>
+__device__ __forceinline__ void pti_pre_all(const PtiPtrs<NTW, 1, MT>& p, const unsigned char* smem, int npre,
+                                            int warp, int lane, float* acc, unsigned KM, unsigned KS) {
+    uint4 xa[U][NTW][MT], xb[U][NTW][MT];
+    pti_pre_x<NTW, MT, U>(xa, p, 0, npre);
+    for (int c0 = 0; c0 < npre; c0 += 2 * U) {
+        pti_pre_x<NTW, MT, U>(xb, p, c0 + U, npre);
+        pti_pre_step<TIN, NTW, MT, U>(xa, smem, c0, npre, warp, lane, acc, KM, KS);
+        if (c0 + U >= npre) break;
+        pti_pre_x<NTW, MT, U>(xa, p, c0 + 2 * U, npre);
+        pti_pre_step<TIN, NTW, MT, U>(xb, smem, c0 + U, npre, warp, lane, acc, KM, KS);
+    }
+}
+
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
 // activation rows, U blocks per warp per step.  256 threads = 8 warps; warp w
 // owns blocks b = w (mod 8), in order; the CTA sums the warps in warp order.
 // PF = 1: the main loop is software-pipelined (the next step's loads are issued
 // before this step is computed: twice the registers for loads); PF = 0: a step
 // is loaded, then computed, and the warp has nothing in flight while it computes.
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF>
+// PRE = 1 (RG = 1 only): the first a.npre chunks come preloaded (pti_preload above).
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, int PRE>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
+    static_assert(PRE == 0 || RG == 1, "preloading takes one row group per CTA");
     constexpr int S = NTW * RG * MT;
     extern __shared__ __align__(16) unsigned char pti_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.x;
     pti_pdl_trigger();
+    const int npre = PRE ? pti_preload<NTW>(a, unit, pti_smem) : 0;   // before the wait: weights only
     // The cvt masks as run-time values (vec_ok is 0 or 1, so the shift gives 0), so
     // that ptxas keeps them in registers instead of rebuilding them for every LOP3.
     const unsigned zero = (unsigned)a.vec_ok >> 31;
@@ -476,14 +598,14 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
     // Whole steps (all U blocks whole and vector-loadable) run unchecked, with
     // per-lane pointers that advance by one or two steps: loads at constant offsets.
-    const int nfull = a.vec_ok ? a.K / 32 : 0;
+    const int nfull = a.vec_ok ? a.K / 32 - 8 * npre : 0;   // whole blocks past the preloaded ones
     const int nsteps = nfull > warp + 8 * (U - 1) ? (nfull - warp - 8 * (U - 1) + 8 * U - 1) / (8 * U) : 0;
     PtiPtrs<NTW, RG, MT> p;
 #pragma unroll
     for (int tw = 0; tw < NTW; ++tw) {
 #pragma unroll
         for (int r = 0; r < RG; ++r) {
-            const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + warp;
+            const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + warp + 8 * npre;
             p.q[tw][r] = (tw ? a.q[1] : a.q[0]) + blk * 32 + lane;
             p.s[tw][r] = (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2);
         }
@@ -492,10 +614,21 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             const int row = mt * 8 + (lane >> 2);
             p.xok[tw][mt] = row < (tw ? a.M[1] : a.M[0]);
             p.x[tw][mt] = (const uint4*)((tw ? a.x[1] : a.x[0]) + (p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0) +
-                                         warp * 32 + 8 * (lane & 3));
+                                         (warp + 8 * npre) * 32 + 8 * (lane & 3));
         }
     }
-    pti_pdl_wait();   // activations only after the previous kernel is done (weights could go before: measured no gain)
+    pti_pdl_wait();   // activations only after the previous kernel is done
+    if constexpr (PRE) if (npre) {
+        PtiPtrs<NTW, 1, MT> p0;   // the activations of block `warp` (chunk 0)
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                p0.xok[tw][mt] = p.xok[tw][mt];
+                p0.x[tw][mt] = p.x[tw][mt] - npre * 8 * 4;
+            }
+        pti_pre_all<TIN, NTW, MT, U>(p0, pti_smem, npre, warp, lane, acc, KM, KS);
+    }
     if (PF == 0) {
         for (int i = 0; i < nsteps; ++i) {
             PtiStep<NTW, RG, MT, U> A;
@@ -526,19 +659,20 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             pti_compute_step<TIN>(A, acc, KM, KS);
         }
     }
-    for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
+    for (int b0 = warp + 8 * npre + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
         pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, KM, KS);
+    if (PRE) __syncthreads();   // every warp is done with the preloaded weights: the reduction reuses them
     pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 
-#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB)                                       \
+#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, PRE, MINB)                                  \
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok, int npre) {                \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok};                                        \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF>(a);                                           \
+                           N, K, nb, ldx, ldy, vec_ok, PRE ? npre : 0};                        \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, PRE>(a);                                      \
     }
 
 // Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}[_p1].  The host
@@ -548,27 +682,29 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 // "_p1": the software-pipelined main loop (PF = 1), at the MINB given here (one
 // MINB per name).
 #define PTI_TC_ALL(TAG, TIN, TOUT)                                     \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 0, 3)    \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2, TIN, TOUT, 2, 1, 1, 2, 0, 3)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3, TIN, TOUT, 1, 1, 2, 3, 0, 3)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1, TIN, TOUT, 1, 1, 4, 1, 0, 3)    \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u4, TIN, TOUT, 1, 1, 2, 4, 0, 2)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u6, TIN, TOUT, 1, 1, 2, 6, 0, 2)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u2, TIN, TOUT, 1, 1, 4, 2, 0, 2)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1, TIN, TOUT, 1, 1, 8, 1, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2, 0, 1)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p1, TIN, TOUT, 1, 1, 1, 4, 1, 2) \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 2) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3)
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 0, 0, 3)        \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2, TIN, TOUT, 2, 1, 1, 2, 0, 0, 3)        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3, TIN, TOUT, 1, 1, 2, 3, 0, 0, 3)        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1, TIN, TOUT, 1, 1, 4, 1, 0, 0, 3)        \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u4, TIN, TOUT, 1, 1, 2, 4, 0, 0, 2)        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u6, TIN, TOUT, 1, 1, 2, 6, 0, 0, 2)        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u2, TIN, TOUT, 1, 1, 4, 2, 0, 0, 2)        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1, TIN, TOUT, 1, 1, 8, 1, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2, 0, 0, 1)        \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p1, TIN, TOUT, 1, 1, 1, 4, 1, 0, 2)     \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 0, 2)     \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 0, 3)     \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_s1, TIN, TOUT, 1, 1, 1, 4, 0, 1, 3)     \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_s1, TIN, TOUT, 2, 1, 1, 2, 0, 1, 2)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)
