@@ -259,7 +259,8 @@ struct PtiArgs {
     void* y[2];
     int M[2];
     int N, K, nb, ldx, ldy, vec_ok;
-    int npre;   // chunks of 8 blocks preloaded into shared memory (the _s1 variants; 0 otherwise)
+    int npre;   // chunks of 8 blocks preloaded into shared memory (the _s1 variants; 0 otherwise);
+                // bits 8-15: chunks per bulk copy (0: 1)
 };
 
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
@@ -491,28 +492,34 @@ __device__ __forceinline__ void pti_bar_wait(unsigned bar) {
 }
 #endif
 
-// Request the preloaded chunks (one thread per chunk, each with its own mbarrier); returns
-// how many (0 before sm_90: the host passes 0 there too).  Call before pti_pdl_wait.
+// Request the preloaded chunks: groups of G chunks (the high byte of a.npre), one bulk copy of
+// weights and one of scales per group and twin, one mbarrier per group, one thread per group;
+// returns how many chunks (0 before sm_90: the host passes 0 there too).  Call before
+// pti_pdl_wait.  The copies are issued after the barrier that publishes the mbarriers, so that
+// only the issuing threads wait if the copy engine's queue is full.
 template <int NTW>
 __device__ __forceinline__ int pti_preload(const PtiArgs& a, int unit, unsigned char* smem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const int npre = a.npre;
+    const int npre = a.npre & 255, G = (a.npre >> 8) > 0 ? a.npre >> 8 : 1;
     if (npre <= 0) return 0;
     const unsigned base = pti_smem_u32(smem);
-    const int c = threadIdx.x;
-    if (c < npre) {
-        const unsigned bar = base + pti_pre_bars(NTW, npre) + 8 * c;
+    const int g = threadIdx.x, c0 = g * G, n = npre - c0 < G ? npre - c0 : G;
+    const unsigned bar = base + pti_pre_bars(NTW, npre) + 8 * g;
+    if (c0 < npre) {
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(NTW * 4352) : "memory");
-        const pti_u64 blk = (pti_u64)unit * a.nb + 8 * c;
-#pragma unroll
-        for (int tw = 0; tw < NTW; ++tw) {
-            pti_bulk_g2s(base + (tw * npre + c) * 4096, (tw ? a.q[1] : a.q[0]) + blk * 32, 4096, bar);
-            pti_bulk_g2s(base + NTW * npre * 4096 + (tw * npre + c) * 256, (tw ? a.s[1] : a.s[0]) + blk * 8, 256, bar);
-        }
     }
     __syncthreads();   // the barriers are initialised before any thread waits on them
+    if (c0 < npre) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(NTW * 4352 * n) : "memory");
+        const pti_u64 blk = (pti_u64)unit * a.nb + 8 * c0;
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw) {
+            pti_bulk_g2s(base + (tw * npre + c0) * 4096, (tw ? a.q[1] : a.q[0]) + blk * 32, 4096 * n, bar);
+            pti_bulk_g2s(base + NTW * npre * 4096 + (tw * npre + c0) * 256, (tw ? a.s[1] : a.s[0]) + blk * 8, 256 * n,
+                         bar);
+        }
+    }
     return npre;
 #else
     return 0;
@@ -535,14 +542,15 @@ __device__ __forceinline__ void pti_pre_x(uint4 (&xv)[U][NTW][MT], const PtiPtrs
 // U preloaded blocks from shared memory (waiting for each chunk's copy), computed in order.
 template <int TIN, int NTW, int MT, int U>
 __device__ __forceinline__ void pti_pre_step(const uint4 (&xv)[U][NTW][MT], const unsigned char* smem, int c0,
-                                             int npre, int warp, int lane, float* acc, unsigned KM, unsigned KS) {
+                                             int npre, int G, int warp, int lane, float* acc, unsigned KM,
+                                             unsigned KS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const unsigned bars = pti_smem_u32(smem) + pti_pre_bars(NTW, npre);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const int c = c0 + u;
         if (c < npre) {
-            pti_bar_wait(bars + 8 * c);
+            if (c % G == 0) pti_bar_wait(bars + 8 * (c / G));
             uint4 wv[NTW][1];
             unsigned sv[NTW][1];
 #pragma unroll
@@ -561,15 +569,15 @@ __device__ __forceinline__ void pti_pre_step(const uint4 (&xv)[U][NTW][MT], cons
 // while this step is computed, two buffers unrolled by two so that no registers are copied.
 template <int TIN, int NTW, int MT, int U>
 __device__ __forceinline__ void pti_pre_all(const PtiPtrs<NTW, 1, MT>& p, const unsigned char* smem, int npre,
-                                            int warp, int lane, float* acc, unsigned KM, unsigned KS) {
+                                            int G, int warp, int lane, float* acc, unsigned KM, unsigned KS) {
     uint4 xa[U][NTW][MT], xb[U][NTW][MT];
     pti_pre_x<NTW, MT, U>(xa, p, 0, npre);
     for (int c0 = 0; c0 < npre; c0 += 2 * U) {
         pti_pre_x<NTW, MT, U>(xb, p, c0 + U, npre);
-        pti_pre_step<TIN, NTW, MT, U>(xa, smem, c0, npre, warp, lane, acc, KM, KS);
+        pti_pre_step<TIN, NTW, MT, U>(xa, smem, c0, npre, G, warp, lane, acc, KM, KS);
         if (c0 + U >= npre) break;
         pti_pre_x<NTW, MT, U>(xa, p, c0 + 2 * U, npre);
-        pti_pre_step<TIN, NTW, MT, U>(xb, smem, c0 + U, npre, warp, lane, acc, KM, KS);
+        pti_pre_step<TIN, NTW, MT, U>(xb, smem, c0 + U, npre, G, warp, lane, acc, KM, KS);
     }
 }
 
@@ -627,7 +635,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
                 p0.xok[tw][mt] = p.xok[tw][mt];
                 p0.x[tw][mt] = p.x[tw][mt] - npre * 8 * 4;
             }
-        pti_pre_all<TIN, NTW, MT, U>(p0, pti_smem, npre, warp, lane, acc, KM, KS);
+        pti_pre_all<TIN, NTW, MT, 2>(p0, pti_smem, npre, (a.npre >> 8) > 0 ? a.npre >> 8 : 1, warp, lane, acc, KM, KS);
     }
     if (PF == 0) {
         for (int i = 0; i < nsteps; ++i) {

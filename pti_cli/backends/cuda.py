@@ -47,7 +47,8 @@ WIDE_ROW_GROUPS_PER_SM = 2.5
 PRELOAD_VARIANTS = {1: "t1_r1_m1_u4_s1", 2: "t2_r1_m1_u2_s1"}
 PRELOAD_BYTES = 72 * 1024
 CHUNK_BYTES = 8 * (512 + 32)   # 8 blocks of one row group: weights and scales, per twin
-MAX_PRELOAD_CHUNKS = 32        # one thread of warp 0 (and one mbarrier) per chunk
+MAX_PRELOAD_CHUNKS = 32        # at most one thread of warp 0 (and one mbarrier) per chunk
+PRELOAD_GROUP = int(os.environ.get("PTI_PRELOAD_GROUP", "4"))   # chunks per bulk copy and mbarrier
 # Loaded and benchmarkable, but not in the policy above ("_p1" in the policy: the software-pipelined
 # main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
@@ -257,7 +258,7 @@ class KernelBackend(Backend):
         npre = preload_chunks(len(packs), p0.cols, bool(vec_ok)) if var["s"] else 0
         smem = preload_smem(len(packs), npre) if var["s"] else self.smem.get(name, 0)
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 9
-        return g // rg, vals + (npre,), types, smem
+        return g // rg, vals + (npre | (PRELOAD_GROUP << 8) if npre else 0,), types, smem
 
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
