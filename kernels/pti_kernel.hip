@@ -460,28 +460,47 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
 // The _s1 variants (one row group per CTA, sm_90+): before griddepcontrol.wait, the first
 // npre chunks of this CTA's weights and scales (chunk c = blocks 8c..8c+7, one block per
 // warp: 4096 + 256 bytes per twin, contiguous in the repacked layout) are requested into
-// shared memory by cp.async.bulk, one mbarrier per chunk.  Weights never change, so this may
-// run while the previous kernel does: a small previous grid (the attention at one sequence,
-// a norm) leaves the SMs to this kernel's CTAs, whose weights then stream in meanwhile.  After
-// the wait each warp computes its preloaded blocks from shared memory, in block order, with
-// pti_block: the same arithmetic and order as every other variant, so the same bits; the
-// blocks past the preloaded ones go through the register loop as usual.
-// Layout: [twin][chunk][4096] weights, [twin][chunk][256] scales, then npre mbarriers at
-// max(16384, that size) (the reduction reuses the front afterwards).
+// shared memory by cp.async.bulk, in groups of G chunks (one copy of each array and one
+// mbarrier per group).  Weights never change, so this may run while the previous kernel does:
+// a small previous grid (the attention at one sequence, a norm) leaves the SMs to this
+// kernel's CTAs, whose weights then stream in meanwhile.  After the wait the activations of
+// those blocks are copied in too (one copy per row: every CTA reading the same few lines from
+// L2 block by block was slow), and each warp computes its preloaded blocks from shared memory,
+// in block order, with pti_block: the same arithmetic and order as every other variant, so
+// the same bits.  Blocks past the preloaded ones go through the register loop as usual.
+// Layout: [twin][chunk][4096] weights, [twin][chunk][256] scales, [twin A's rows, twin B's
+// rows][npre * 512 + 16] activations (the 16: rows fall on different banks), then the group
+// mbarriers and the activations' one at max(16384, that size), 8 bytes each (the reduction
+// reuses the front afterwards).
+#define PTI_PRE_MAX 32   // chunks, so at most 32 group mbarriers (index 32: the activations')
 __device__ __forceinline__ unsigned pti_smem_u32(const void* p) {
     unsigned r;
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
     return r;
 }
 
-__device__ __forceinline__ int pti_pre_bars(int ntw, int npre) {
-    return ntw * npre * 4352 > 16384 ? ntw * npre * 4352 : 16384;
+struct PtiPre {
+    int npre, G, xs, x0, bars;   // chunks, chunks per group, activation row stride and offset, mbarriers' offset
+};
+template <int NTW>
+__device__ __forceinline__ PtiPre pti_pre_layout(const PtiArgs& a) {
+    PtiPre l;
+    l.npre = a.npre & 255;
+    l.G = (a.npre >> 8) > 0 ? a.npre >> 8 : 1;
+    l.xs = l.npre * 512 + 16;
+    l.x0 = NTW * l.npre * 4352;
+    const int end = l.x0 + (a.M[0] + (NTW > 1 ? a.M[1] : 0)) * l.xs;
+    l.bars = end > 16384 ? (end + 7) & ~7 : 16384;
+    return l;
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void pti_bulk_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void pti_bar_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void pti_bar_wait(unsigned bar) {
     unsigned done;
@@ -492,93 +511,74 @@ __device__ __forceinline__ void pti_bar_wait(unsigned bar) {
 }
 #endif
 
-// Request the preloaded chunks: groups of G chunks (the high byte of a.npre), one bulk copy of
-// weights and one of scales per group and twin, one mbarrier per group, one thread per group;
-// returns how many chunks (0 before sm_90: the host passes 0 there too).  Call before
-// pti_pdl_wait.  The copies are issued after the barrier that publishes the mbarriers, so that
-// only the issuing threads wait if the copy engine's queue is full.
+// Before pti_pdl_wait: initialise the mbarriers and request the weights (one thread per
+// group; the copies are issued after the barrier that publishes the mbarriers, so only the
+// issuing threads wait if the copy engine's queue is full).  Returns npre (0 before sm_90:
+// the host passes 0 there too).
 template <int NTW>
-__device__ __forceinline__ int pti_preload(const PtiArgs& a, int unit, unsigned char* smem) {
+__device__ __forceinline__ int pti_preload(const PtiArgs& a, const PtiPre& l, int unit, unsigned char* smem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const int npre = a.npre & 255, G = (a.npre >> 8) > 0 ? a.npre >> 8 : 1;
-    if (npre <= 0) return 0;
+    if (l.npre <= 0) return 0;
     const unsigned base = pti_smem_u32(smem);
-    const int g = threadIdx.x, c0 = g * G, n = npre - c0 < G ? npre - c0 : G;
-    const unsigned bar = base + pti_pre_bars(NTW, npre) + 8 * g;
-    if (c0 < npre) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
+    const int g = threadIdx.x, c0 = g * l.G, n = l.npre - c0 < l.G ? l.npre - c0 : l.G;
+    if (c0 < l.npre || g == PTI_PRE_MAX) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(base + l.bars + 8 * g) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();   // the barriers are initialised before any thread waits on them
-    if (c0 < npre) {
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(NTW * 4352 * n) : "memory");
+    if (c0 < l.npre) {
+        const unsigned bar = base + l.bars + 8 * g;
+        pti_bar_expect(bar, NTW * 4352 * n);
         const pti_u64 blk = (pti_u64)unit * a.nb + 8 * c0;
 #pragma unroll
         for (int tw = 0; tw < NTW; ++tw) {
-            pti_bulk_g2s(base + (tw * npre + c0) * 4096, (tw ? a.q[1] : a.q[0]) + blk * 32, 4096 * n, bar);
-            pti_bulk_g2s(base + NTW * npre * 4096 + (tw * npre + c0) * 256, (tw ? a.s[1] : a.s[0]) + blk * 8, 256 * n,
-                         bar);
+            pti_bulk_g2s(base + (tw * l.npre + c0) * 4096, (tw ? a.q[1] : a.q[0]) + blk * 32, 4096 * n, bar);
+            pti_bulk_g2s(base + NTW * l.npre * 4096 + (tw * l.npre + c0) * 256, (tw ? a.s[1] : a.s[0]) + blk * 8,
+                         256 * n, bar);
         }
     }
-    return npre;
+    return l.npre;
 #else
     return 0;
 #endif
 }
 
-// The x loads of U preloaded blocks (chunks c0.. c0+U-1, this warp's block in each), zero past npre.
-template <int NTW, int MT, int U>
-__device__ __forceinline__ void pti_pre_x(uint4 (&xv)[U][NTW][MT], const PtiPtrs<NTW, 1, MT>& p, int c0, int npre) {
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-                xv[u][tw][mt] = p.xok[tw][mt] && c0 + u < npre ? __ldg(p.x[tw][mt] + (c0 + u) * 8 * 4)
-                                                               : make_uint4(0, 0, 0, 0);
-}
-
-// U preloaded blocks from shared memory (waiting for each chunk's copy), computed in order.
-template <int TIN, int NTW, int MT, int U>
-__device__ __forceinline__ void pti_pre_step(const uint4 (&xv)[U][NTW][MT], const unsigned char* smem, int c0,
-                                             int npre, int G, int warp, int lane, float* acc, unsigned KM,
-                                             unsigned KS) {
+// After pti_pdl_wait: the activations of the preloaded blocks (one copy per row), then every
+// preloaded block of this warp from shared memory, in order.
+template <int TIN, int NTW, int MT>
+__device__ __forceinline__ void pti_pre_compute(const PtiArgs& a, const PtiPre& l, unsigned char* smem, int warp,
+                                                int lane, float* acc, unsigned KM, unsigned KS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned bars = pti_smem_u32(smem) + pti_pre_bars(NTW, npre);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int c = c0 + u;
-        if (c < npre) {
-            if (c % G == 0) pti_bar_wait(bars + 8 * (c / G));
-            uint4 wv[NTW][1];
-            unsigned sv[NTW][1];
-#pragma unroll
-            for (int tw = 0; tw < NTW; ++tw) {
-                wv[tw][0] = *(const uint4*)(smem + (tw * npre + c) * 4096 + warp * 512 + lane * 16);
-                sv[tw][0] = *(const unsigned*)(smem + NTW * npre * 4096 + (tw * npre + c) * 256 + warp * 32 +
-                                               (lane >> 2) * 4);
-            }
-            pti_block<TIN, NTW, 1, MT>(wv, sv, xv[u], acc, KM, KS);
+    const unsigned base = pti_smem_u32(smem), xbar = base + l.bars + 8 * PTI_PRE_MAX;
+    if (threadIdx.x == 0) {
+        const int mtot = a.M[0] + (NTW > 1 ? a.M[1] : 0);
+        pti_bar_expect(xbar, mtot * l.npre * 512);
+        for (int r = 0; r < mtot; ++r) {
+            const int tw = NTW > 1 && r >= a.M[0], m = tw ? r - a.M[0] : r;
+            pti_bulk_g2s(base + l.x0 + r * l.xs, (tw ? a.x[1] : a.x[0]) + (pti_u64)m * a.ldx, l.npre * 512, xbar);
         }
     }
-#endif
-}
-
-// All npre preloaded blocks of this warp: the next U blocks' activations are loaded (from L2)
-// while this step is computed, two buffers unrolled by two so that no registers are copied.
-template <int TIN, int NTW, int MT, int U>
-__device__ __forceinline__ void pti_pre_all(const PtiPtrs<NTW, 1, MT>& p, const unsigned char* smem, int npre,
-                                            int G, int warp, int lane, float* acc, unsigned KM, unsigned KS) {
-    uint4 xa[U][NTW][MT], xb[U][NTW][MT];
-    pti_pre_x<NTW, MT, U>(xa, p, 0, npre);
-    for (int c0 = 0; c0 < npre; c0 += 2 * U) {
-        pti_pre_x<NTW, MT, U>(xb, p, c0 + U, npre);
-        pti_pre_step<TIN, NTW, MT, U>(xa, smem, c0, npre, G, warp, lane, acc, KM, KS);
-        if (c0 + U >= npre) break;
-        pti_pre_x<NTW, MT, U>(xa, p, c0 + 2 * U, npre);
-        pti_pre_step<TIN, NTW, MT, U>(xb, smem, c0 + U, npre, G, warp, lane, acc, KM, KS);
+    pti_bar_wait(xbar);
+    const int row = lane >> 2;
+    for (int c = 0; c < l.npre; ++c) {
+        if (c % l.G == 0) pti_bar_wait(base + l.bars + 8 * (c / l.G));
+        uint4 wv[NTW][1], xv[NTW][MT];
+        unsigned sv[NTW][1];
+        const int b = 8 * c + warp;
+#pragma unroll
+        for (int tw = 0; tw < NTW; ++tw) {
+            wv[tw][0] = *(const uint4*)(smem + (tw * l.npre + c) * 4096 + warp * 512 + lane * 16);
+            sv[tw][0] = *(const unsigned*)(smem + NTW * l.npre * 4096 + (tw * l.npre + c) * 256 + warp * 32 + row * 4);
+            const int M = tw ? a.M[1] : a.M[0], r0 = tw ? a.M[0] : 0;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                xv[tw][mt] = mt * 8 + row < M
+                    ? *(const uint4*)(smem + l.x0 + (r0 + mt * 8 + row) * l.xs + b * 64 + (lane & 3) * 16)
+                    : make_uint4(0, 0, 0, 0);
+        }
+        pti_block<TIN, NTW, 1, MT>(wv, sv, xv, acc, KM, KS);
     }
+#endif
 }
 
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
@@ -596,7 +596,9 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.x;
     pti_pdl_trigger();
-    const int npre = PRE ? pti_preload<NTW>(a, unit, pti_smem) : 0;   // before the wait: weights only
+    PtiPre pre = {0, 1, 0, 0, 0};
+    if constexpr (PRE) pre = pti_pre_layout<NTW>(a);
+    const int npre = PRE ? pti_preload<NTW>(a, pre, unit, pti_smem) : 0;   // before the wait: weights only
     // The cvt masks as run-time values (vec_ok is 0 or 1, so the shift gives 0), so
     // that ptxas keeps them in registers instead of rebuilding them for every LOP3.
     const unsigned zero = (unsigned)a.vec_ok >> 31;
@@ -626,17 +628,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         }
     }
     pti_pdl_wait();   // activations only after the previous kernel is done
-    if constexpr (PRE) if (npre) {
-        PtiPtrs<NTW, 1, MT> p0;   // the activations of block `warp` (chunk 0)
-#pragma unroll
-        for (int tw = 0; tw < NTW; ++tw)
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                p0.xok[tw][mt] = p.xok[tw][mt];
-                p0.x[tw][mt] = p.x[tw][mt] - npre * 8 * 4;
-            }
-        pti_pre_all<TIN, NTW, MT, 2>(p0, pti_smem, npre, (a.npre >> 8) > 0 ? a.npre >> 8 : 1, warp, lane, acc, KM, KS);
-    }
+    if constexpr (PRE) if (npre) pti_pre_compute<TIN, NTW, MT>(a, pre, pti_smem, warp, lane, acc, KM, KS);
     if (PF == 0) {
         for (int i = 0; i < nsteps; ++i) {
             PtiStep<NTW, RG, MT, U> A;

@@ -195,18 +195,19 @@ def test_variant_names_match_the_kernel_source():
 
 
 def test_preload_budget_fits_three_ctas_per_sm():
-    """The _s1 variants preload whole chunks within PRELOAD_BYTES, never a partial block and
-    never with unaligned activations, and three CTAs of that shared memory fit an sm_90 SM
-    (228 KB, 1 KB reserved per CTA)."""
-    from pti_cli.backends.cuda import CHUNK_BYTES, preload_chunks, preload_smem
-    assert preload_chunks(1, 4096, True) == 16          # the whole row group of a 4096-column matrix
-    assert preload_chunks(2, 4096, True) == 8           # twins: half of it
-    assert preload_chunks(1, 14336, True) == 16         # budget-bound
-    assert preload_chunks(1, 1000, True) == 3           # 31 whole blocks: 3 chunks of 8
-    assert preload_chunks(1, 200, True) == 0
-    assert preload_chunks(1, 4096, False) == 0
+    """The _s1 variants preload whole chunks within PRELOAD_BYTES (weights, scales and the
+    activation rows), never a partial block and never with unaligned activations, and three
+    CTAs of that shared memory fit an sm_90 SM (228 KB, 1 KB reserved per CTA)."""
+    from pti_cli.backends.cuda import CHUNK_BYTES, PRELOAD_BYTES, preload_chunks, preload_smem
+    assert preload_chunks(1, 4096, True, 1) == 15        # 15 x (4352 + 512) + 16 <= 72 KB
+    assert preload_chunks(2, 4096, True, 2) == 7
+    assert preload_chunks(1, 1000, True, 1) == 3         # 31 whole blocks: 3 chunks of 8
+    assert preload_chunks(1, 200, True, 1) == 0
+    assert preload_chunks(1, 4096, False, 1) == 0
     for twins in (1, 2):
         for k in (256, 1000, 4096, 6144, 14336):
-            n = preload_chunks(twins, k, True)
-            assert n * 8 * 32 <= k and 3 * (preload_smem(twins, n) + 1024) <= 228 * 1024
-            assert preload_smem(twins, n) >= twins * n * CHUNK_BYTES + 8 * n
+            for rows in range(1, 17):
+                n = preload_chunks(twins, k, True, rows)
+                assert n * 8 * 32 <= k and 3 * (preload_smem(twins, n, rows) + 1024) <= 228 * 1024
+                assert preload_smem(twins, n, rows) >= twins * n * CHUNK_BYTES + rows * (512 * n + 16) + 8 * (n + 1)
+                assert preload_smem(twins, n, rows) <= PRELOAD_BYTES + 1024   # the opt-in the backend sets

@@ -41,13 +41,15 @@ TC_VARIANTS = {
     2: ((8, "t2_r1_m1_u2_p1", "t2_r1_m1_u2"),),
 }
 WIDE_ROW_GROUPS_PER_SM = 2.5
-# Up to 8 rows per twin on sm_90+ (PTI_PRELOAD=0: off): the "_s1" variants, whose CTAs request
-# the first PRELOAD_BYTES of their weights into shared memory before the PDL wait
-# (kernels/pti_kernel.hip, "weights preloaded before the PDL wait"): 3 CTAs per SM.
+# The "_s1" variants (sm_90+; PTI_PRELOAD=0: off): a CTA requests its row group's weights into
+# shared memory before the PDL wait, and its activations after it (kernels/pti_kernel.hip,
+# "weights preloaded before the PDL wait"); 3 CTAs per SM.  Chosen for up to PRELOAD_MAX_ROWS
+# rows when at least 3/4 of the row group fits PRELOAD_BYTES.
 PRELOAD_VARIANTS = {1: "t1_r1_m1_u4_s1", 2: "t2_r1_m1_u2_s1"}
 PRELOAD_BYTES = 72 * 1024
+PRELOAD_MAX_ROWS = 2
 CHUNK_BYTES = 8 * (512 + 32)   # 8 blocks of one row group: weights and scales, per twin
-MAX_PRELOAD_CHUNKS = 32        # at most one thread of warp 0 (and one mbarrier) per chunk
+MAX_PRELOAD_CHUNKS = 32        # kernels/pti_kernel.hip PTI_PRE_MAX: one mbarrier per group, + 1
 PRELOAD_GROUP = int(os.environ.get("PTI_PRELOAD_GROUP", "4"))   # chunks per bulk copy and mbarrier
 # Loaded and benchmarkable, but not in the policy above ("_p1" in the policy: the software-pipelined
 # main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
@@ -96,17 +98,20 @@ def split_variant(name: str) -> dict[str, int]:
     return {"p": 0, "s": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
 
 
-def preload_chunks(twins: int, k: int, vec_ok: bool) -> int:
-    """Chunks (8 blocks of 32 columns) an _s1 CTA preloads: whole blocks only, within PRELOAD_BYTES."""
+def preload_chunks(twins: int, k: int, vec_ok: bool, rows: int) -> int:
+    """Chunks (8 blocks of 32 columns) an _s1 CTA preloads for `rows` activation rows (both
+    twins'): whole blocks only, weights, scales and those rows' activations within PRELOAD_BYTES."""
     if not vec_ok:
         return 0
-    return min(k // 32 // 8, MAX_PRELOAD_CHUNKS, PRELOAD_BYTES // (twins * CHUNK_BYTES))
+    fit = (PRELOAD_BYTES - 16 * rows) // (twins * CHUNK_BYTES + 512 * rows)
+    return max(0, min(k // 32 // 8, MAX_PRELOAD_CHUNKS, fit))
 
 
-def preload_smem(twins: int, npre: int) -> int:
-    """Dynamic shared memory of an _s1 launch: the chunks (the reduction's 16 KB reuse them), then
-    one 8-byte mbarrier per chunk (kernels/pti_kernel.hip pti_pre_bars)."""
-    return max(SMEM_BYTES, twins * npre * CHUNK_BYTES) + 8 * MAX_PRELOAD_CHUNKS
+def preload_smem(twins: int, npre: int, rows: int) -> int:
+    """Dynamic shared memory of an _s1 launch (kernels/pti_kernel.hip pti_pre_layout): the chunks
+    and the activation rows (the reduction's 16 KB reuses them), then 8-byte mbarriers."""
+    end = twins * npre * CHUNK_BYTES + rows * (npre * 512 + 16)
+    return max(SMEM_BYTES, (end + 7) // 8 * 8) + 8 * (MAX_PRELOAD_CHUNKS + 1)
 
 
 SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
@@ -226,16 +231,18 @@ class KernelBackend(Backend):
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
-                                                          ys[0].dtype, rows=packs[0].rows, glu=glu))
+                                                          ys[0].dtype, rows=packs[0].rows, glu=glu, cols=packs[0].cols))
 
     def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None,
-                    rows: int = 0, glu: bool = False) -> str:
-        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few)."""
+                    rows: int = 0, glu: bool = False, cols: int = 1) -> str:
+        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few) and `cols`
+        columns."""
         tag = ACT_TAGS[act] + ("_glu" if glu else "_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
         wide = rows / 16 >= WIDE_ROW_GROUPS_PER_SM * self.sm_count
-        if variant is None and self.preload and m <= TWIN_KERNEL_MAX_ROWS:
+        if variant is None and self.preload and m <= PRELOAD_MAX_ROWS and \
+                preload_chunks(twins, cols, True, twins * m) * 256 * 4 >= cols * 3:   # most of the row group
             variant = PRELOAD_VARIANTS[twins]
         return f"pti_mm_{tag}_{variant or variant_for(twins, m, wide)}"
 
@@ -255,8 +262,9 @@ class KernelBackend(Backend):
         vals = (ptr(p0.q), ptr(p0.s), ptr(pb.q if pb else None), ptr(pb.s if pb else None),
                 ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
                 ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows // 2 if "_glu_" in name else p0.rows, vec_ok)
-        npre = preload_chunks(len(packs), p0.cols, bool(vec_ok)) if var["s"] else 0
-        smem = preload_smem(len(packs), npre) if var["s"] else self.smem.get(name, 0)
+        rows = ms[0] + (ms[1] if len(packs) > 1 else 0)
+        npre = preload_chunks(len(packs), p0.cols, bool(vec_ok), rows) if var["s"] else 0
+        smem = preload_smem(len(packs), npre, rows) if var["s"] else self.smem.get(name, 0)
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 9
         return g // rg, vals + (npre | (PRELOAD_GROUP << 8) if npre else 0,), types, smem
 
@@ -329,7 +337,7 @@ class CudaBackend(KernelBackend):
                     if split_variant(n.split("_", 4)[4])["s"]:   # over 48 KB: opt in
                         _cu(driver.cuFuncSetAttribute(
                             f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            preload_smem(2, PRELOAD_BYTES // (2 * CHUNK_BYTES))), f"shared memory of {n}")
+                            PRELOAD_BYTES + 1024), f"shared memory of {n}")
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
