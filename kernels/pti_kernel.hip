@@ -167,7 +167,7 @@ __device__ __forceinline__ void pti_mm_generic(
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
         const signed char* qa, const unsigned* sa, const signed char* qb, const unsigned* sb,  \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok, int npre) {                \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
         pti_mm_generic<TIN, TOUT, NTW>(qa, sa, qb, sb, xa, xb, ya, yb, Ma, Mb, N, K, nb, ldx,  \
                                        ldy);                                                   \
     }
@@ -259,8 +259,6 @@ struct PtiArgs {
     void* y[2];
     int M[2];
     int N, K, nb, ldx, ldy, vec_ok;
-    int npre;   // chunks of 8 blocks preloaded into shared memory (the _s1 variants; 0 otherwise);
-                // bits 8-15: chunks per bulk copy (0: 1)
 };
 
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
@@ -456,149 +454,19 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
     for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT>(st.w[u], st.s[u], st.x[u], acc, KM, KS);
 }
 
-// ------------------------------------------------ weights preloaded before the PDL wait
-// The _s1 variants (one row group per CTA, sm_90+): before griddepcontrol.wait, the first
-// npre chunks of this CTA's weights and scales (chunk c = blocks 8c..8c+7, one block per
-// warp: 4096 + 256 bytes per twin, contiguous in the repacked layout) are requested into
-// shared memory by cp.async.bulk, in groups of G chunks (one copy of each array and one
-// mbarrier per group).  Weights never change, so this may run while the previous kernel does:
-// a small previous grid (the attention at one sequence, a norm) leaves the SMs to this
-// kernel's CTAs, whose weights then stream in meanwhile.  After the wait the activations of
-// those blocks are copied in too (one copy per row: every CTA reading the same few lines from
-// L2 block by block was slow), and each warp computes its preloaded blocks from shared memory,
-// in block order, with pti_block: the same arithmetic and order as every other variant, so
-// the same bits.  Blocks past the preloaded ones go through the register loop as usual.
-// Layout: [twin][chunk][4096] weights, [twin][chunk][256] scales, [twin A's rows, twin B's
-// rows][npre * 512 + 16] activations (the 16: rows fall on different banks), then the group
-// mbarriers and the activations' one at max(16384, that size), 8 bytes each (the reduction
-// reuses the front afterwards).
-#define PTI_PRE_MAX 32   // chunks, so at most 32 group mbarriers (index 32: the activations')
-__device__ __forceinline__ unsigned pti_smem_u32(const void* p) {
-    unsigned r;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-    return r;
-}
-
-struct PtiPre {
-    int npre, G, xs, x0, bars;   // chunks, chunks per group, activation row stride and offset, mbarriers' offset
-};
-template <int NTW>
-__device__ __forceinline__ PtiPre pti_pre_layout(const PtiArgs& a) {
-    PtiPre l;
-    l.npre = a.npre & 255;
-    l.G = (a.npre >> 8) > 0 ? a.npre >> 8 : 1;
-    l.xs = l.npre * 512 + 16;
-    l.x0 = NTW * l.npre * 4352;
-    const int end = l.x0 + (a.M[0] + (NTW > 1 ? a.M[1] : 0)) * l.xs;
-    l.bars = end > 16384 ? (end + 7) & ~7 : 16384;
-    return l;
-}
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void pti_bulk_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void pti_bar_expect(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void pti_bar_wait(unsigned bar) {
-    unsigned done;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(bar) : "memory");
-    } while (!done);
-}
-#endif
-
-// Before pti_pdl_wait: initialise the mbarriers and request the weights (one thread per
-// group; the copies are issued after the barrier that publishes the mbarriers, so only the
-// issuing threads wait if the copy engine's queue is full).  Returns npre (0 before sm_90:
-// the host passes 0 there too).
-template <int NTW>
-__device__ __forceinline__ int pti_preload(const PtiArgs& a, const PtiPre& l, int unit, unsigned char* smem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (l.npre <= 0) return 0;
-    const unsigned base = pti_smem_u32(smem);
-    const int g = threadIdx.x, c0 = g * l.G, n = l.npre - c0 < l.G ? l.npre - c0 : l.G;
-    if (c0 < l.npre || g == PTI_PRE_MAX) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(base + l.bars + 8 * g) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
-    }
-    __syncthreads();   // the barriers are initialised before any thread waits on them
-    if (c0 < l.npre) {
-        const unsigned bar = base + l.bars + 8 * g;
-        pti_bar_expect(bar, NTW * 4352 * n);
-        const pti_u64 blk = (pti_u64)unit * a.nb + 8 * c0;
-#pragma unroll
-        for (int tw = 0; tw < NTW; ++tw) {
-            pti_bulk_g2s(base + (tw * l.npre + c0) * 4096, (tw ? a.q[1] : a.q[0]) + blk * 32, 4096 * n, bar);
-            pti_bulk_g2s(base + NTW * l.npre * 4096 + (tw * l.npre + c0) * 256, (tw ? a.s[1] : a.s[0]) + blk * 8,
-                         256 * n, bar);
-        }
-    }
-    return l.npre;
-#else
-    return 0;
-#endif
-}
-
-// After pti_pdl_wait: the activations of the preloaded blocks (one copy per row), then every
-// preloaded block of this warp from shared memory, in order.
-template <int TIN, int NTW, int MT>
-__device__ __forceinline__ void pti_pre_compute(const PtiArgs& a, const PtiPre& l, unsigned char* smem, int warp,
-                                                int lane, float* acc, unsigned KM, unsigned KS) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned base = pti_smem_u32(smem), xbar = base + l.bars + 8 * PTI_PRE_MAX;
-    if (threadIdx.x == 0) {
-        const int mtot = a.M[0] + (NTW > 1 ? a.M[1] : 0);
-        pti_bar_expect(xbar, mtot * l.npre * 512);
-        for (int r = 0; r < mtot; ++r) {
-            const int tw = NTW > 1 && r >= a.M[0], m = tw ? r - a.M[0] : r;
-            pti_bulk_g2s(base + l.x0 + r * l.xs, (tw ? a.x[1] : a.x[0]) + (pti_u64)m * a.ldx, l.npre * 512, xbar);
-        }
-    }
-    pti_bar_wait(xbar);
-    const int row = lane >> 2;
-    for (int c = 0; c < l.npre; ++c) {
-        if (c % l.G == 0) pti_bar_wait(base + l.bars + 8 * (c / l.G));
-        uint4 wv[NTW][1], xv[NTW][MT];
-        unsigned sv[NTW][1];
-        const int b = 8 * c + warp;
-#pragma unroll
-        for (int tw = 0; tw < NTW; ++tw) {
-            wv[tw][0] = *(const uint4*)(smem + (tw * l.npre + c) * 4096 + warp * 512 + lane * 16);
-            sv[tw][0] = *(const unsigned*)(smem + NTW * l.npre * 4096 + (tw * l.npre + c) * 256 + warp * 32 + row * 4);
-            const int M = tw ? a.M[1] : a.M[0], r0 = tw ? a.M[0] : 0;
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-                xv[tw][mt] = mt * 8 + row < M
-                    ? *(const uint4*)(smem + l.x0 + (r0 + mt * 8 + row) * l.xs + b * 64 + (lane & 3) * 16)
-                    : make_uint4(0, 0, 0, 0);
-        }
-        pti_block<TIN, NTW, 1, MT>(wv, sv, xv, acc, KM, KS);
-    }
-#endif
-}
-
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
 // activation rows, U blocks per warp per step.  256 threads = 8 warps; warp w
 // owns blocks b = w (mod 8), in order; the CTA sums the warps in warp order.
 // PF = 1: the main loop is software-pipelined (the next step's loads are issued
 // before this step is computed: twice the registers for loads); PF = 0: a step
 // is loaded, then computed, and the warp has nothing in flight while it computes.
-// PRE = 1 (RG = 1 only): the first a.npre chunks come preloaded (pti_preload above).
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, int PRE>
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
-    static_assert(PRE == 0 || RG == 1, "preloading takes one row group per CTA");
     constexpr int S = NTW * RG * MT;
     extern __shared__ __align__(16) unsigned char pti_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.x;
     pti_pdl_trigger();
-    PtiPre pre = {0, 1, 0, 0, 0};
-    if constexpr (PRE) pre = pti_pre_layout<NTW>(a);
-    const int npre = PRE ? pti_preload<NTW>(a, pre, unit, pti_smem) : 0;   // before the wait: weights only
     // The cvt masks as run-time values (vec_ok is 0 or 1, so the shift gives 0), so
     // that ptxas keeps them in registers instead of rebuilding them for every LOP3.
     const unsigned zero = (unsigned)a.vec_ok >> 31;
@@ -608,14 +476,14 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
     // Whole steps (all U blocks whole and vector-loadable) run unchecked, with
     // per-lane pointers that advance by one or two steps: loads at constant offsets.
-    const int nfull = a.vec_ok ? a.K / 32 - 8 * npre : 0;   // whole blocks past the preloaded ones
+    const int nfull = a.vec_ok ? a.K / 32 : 0;
     const int nsteps = nfull > warp + 8 * (U - 1) ? (nfull - warp - 8 * (U - 1) + 8 * U - 1) / (8 * U) : 0;
     PtiPtrs<NTW, RG, MT> p;
 #pragma unroll
     for (int tw = 0; tw < NTW; ++tw) {
 #pragma unroll
         for (int r = 0; r < RG; ++r) {
-            const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + warp + 8 * npre;
+            const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + warp;
             p.q[tw][r] = (tw ? a.q[1] : a.q[0]) + blk * 32 + lane;
             p.s[tw][r] = (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2);
         }
@@ -624,11 +492,10 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             const int row = mt * 8 + (lane >> 2);
             p.xok[tw][mt] = row < (tw ? a.M[1] : a.M[0]);
             p.x[tw][mt] = (const uint4*)((tw ? a.x[1] : a.x[0]) + (p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0) +
-                                         (warp + 8 * npre) * 32 + 8 * (lane & 3));
+                                         warp * 32 + 8 * (lane & 3));
         }
     }
-    pti_pdl_wait();   // activations only after the previous kernel is done
-    if constexpr (PRE) if (npre) pti_pre_compute<TIN, NTW, MT>(a, pre, pti_smem, warp, lane, acc, KM, KS);
+    pti_pdl_wait();   // activations only after the previous kernel is done (weights could go before: measured no gain)
     if (PF == 0) {
         for (int i = 0; i < nsteps; ++i) {
             PtiStep<NTW, RG, MT, U> A;
@@ -659,20 +526,19 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             pti_compute_step<TIN>(A, acc, KM, KS);
         }
     }
-    for (int b0 = warp + 8 * npre + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
+    for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
         pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, KM, KS);
-    if (PRE) __syncthreads();   // every warp is done with the preloaded weights: the reduction reuses them
     pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 
-#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, PRE, MINB)                                  \
+#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB)                                       \
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok, int npre) {                \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok, PRE ? npre : 0};                        \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, PRE>(a);                                      \
+                           N, K, nb, ldx, ldy, vec_ok};                                        \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF>(a);                                           \
     }
 
 // Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}[_p1].  The host
@@ -682,29 +548,27 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 // "_p1": the software-pipelined main loop (PF = 1), at the MINB given here (one
 // MINB per name).
 #define PTI_TC_ALL(TAG, TIN, TOUT)                                     \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 0, 0, 3)        \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2, TIN, TOUT, 2, 1, 1, 2, 0, 0, 3)        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3, TIN, TOUT, 1, 1, 2, 3, 0, 0, 3)        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1, TIN, TOUT, 1, 1, 4, 1, 0, 0, 3)        \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u4, TIN, TOUT, 1, 1, 2, 4, 0, 0, 2)        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u6, TIN, TOUT, 1, 1, 2, 6, 0, 0, 2)        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u2, TIN, TOUT, 1, 1, 4, 2, 0, 0, 2)        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1, TIN, TOUT, 1, 1, 8, 1, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2, 0, 0, 1)        \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p1, TIN, TOUT, 1, 1, 1, 4, 1, 0, 2)     \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 0, 2)     \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 0, 3)     \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_s1, TIN, TOUT, 1, 1, 1, 4, 0, 1, 3)     \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_s1, TIN, TOUT, 2, 1, 1, 2, 0, 1, 2)
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 0, 3)    \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2, TIN, TOUT, 2, 1, 1, 2, 0, 3)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u3, TIN, TOUT, 1, 1, 2, 3, 0, 3)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1, TIN, TOUT, 1, 1, 4, 1, 0, 3)    \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4, TIN, TOUT, 1, 2, 1, 4, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m2_u4, TIN, TOUT, 1, 2, 2, 4, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m4_u2, TIN, TOUT, 1, 2, 4, 2, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m8_u1, TIN, TOUT, 1, 2, 8, 1, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u4, TIN, TOUT, 1, 1, 2, 4, 0, 2)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u6, TIN, TOUT, 1, 1, 2, 6, 0, 2)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u8, TIN, TOUT, 1, 1, 2, 8, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u2, TIN, TOUT, 1, 1, 4, 2, 0, 2)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u4, TIN, TOUT, 1, 1, 4, 4, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1, TIN, TOUT, 1, 1, 8, 1, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u4, TIN, TOUT, 2, 1, 1, 4, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m2_u4, TIN, TOUT, 2, 1, 2, 4, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t2_r2_m1_u2, TIN, TOUT, 2, 2, 1, 2, 0, 1)    \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p1, TIN, TOUT, 1, 1, 1, 4, 1, 2) \
+    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 2) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

@@ -174,40 +174,19 @@ def test_glu_rows_interleave_gate_and_up_for_the_epilogue():
 
 def test_variant_names_match_the_kernel_source():
     """Every variant the host may launch is instantiated in kernels/pti_kernel.hip with the
-    template arguments its name says (t, r, m, u; p: the pipelined main loop, s: weights
-    preloaded into shared memory, 0 when absent), and the name parses as launch_args parses it."""
+    template arguments its name says (t, r, m, u, and p: the pipelined main loop, 0 when
+    absent), and the name parses as launch_args parses it."""
     import re
     from pti_cli.backends.compile import kernel_source
     from pti_cli.backends.cuda import all_variants, split_variant
 
-    assert split_variant("t1_r1_m1_u4_p1") == {"t": 1, "r": 1, "m": 1, "u": 4, "p": 1, "s": 0}
-    assert split_variant("t2_r2_m1_u2") == {"t": 2, "r": 2, "m": 1, "u": 2, "p": 0, "s": 0}
-    assert split_variant("t2_r1_m1_u2_s1") == {"t": 2, "r": 1, "m": 1, "u": 2, "p": 0, "s": 1}
+    assert split_variant("t1_r1_m1_u4_p1") == {"t": 1, "r": 1, "m": 1, "u": 4, "p": 1}
+    assert split_variant("t2_r2_m1_u2") == {"t": 2, "r": 2, "m": 1, "u": 2, "p": 0}
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_TC\(pti_mm_##TAG##_(\w+), TIN, TOUT, ([\d, ]+)\)", kernel_source())}
     assert any(split_variant(v)["p"] for v in all_variants())
-    assert all(split_variant(v)["r"] == 1 for v in all_variants() if split_variant(v)["s"])   # one row group
     for v in all_variants():
         *args, minb = inst[v]
-        assert tuple(args) == tuple(split_variant(v)[k] for k in "trmups"), v
+        assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
         assert minb in (1, 2, 3), v
         assert split_variant(f"pti_mm_bf16_f32_{v}".split("_", 4)[4]) == split_variant(v)
-
-
-def test_preload_budget_fits_three_ctas_per_sm():
-    """The _s1 variants preload whole chunks within PRELOAD_BYTES (weights, scales and the
-    activation rows), never a partial block and never with unaligned activations, and three
-    CTAs of that shared memory fit an sm_90 SM (228 KB, 1 KB reserved per CTA)."""
-    from pti_cli.backends.cuda import CHUNK_BYTES, PRELOAD_BYTES, preload_chunks, preload_smem
-    assert preload_chunks(1, 4096, True, 1) == 15        # 15 x (4352 + 512) + 16 <= 72 KB
-    assert preload_chunks(2, 4096, True, 2) == 7
-    assert preload_chunks(1, 1000, True, 1) == 3         # 31 whole blocks: 3 chunks of 8
-    assert preload_chunks(1, 200, True, 1) == 0
-    assert preload_chunks(1, 4096, False, 1) == 0
-    for twins in (1, 2):
-        for k in (256, 1000, 4096, 6144, 14336):
-            for rows in range(1, 17):
-                n = preload_chunks(twins, k, True, rows)
-                assert n * 8 * 32 <= k and 3 * (preload_smem(twins, n, rows) + 1024) <= 228 * 1024
-                assert preload_smem(twins, n, rows) >= twins * n * CHUNK_BYTES + rows * (512 * n + 16) + 8 * (n + 1)
-                assert preload_smem(twins, n, rows) <= PRELOAD_BYTES + 1024   # the opt-in the backend sets

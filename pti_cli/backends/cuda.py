@@ -41,16 +41,6 @@ TC_VARIANTS = {
     2: ((8, "t2_r1_m1_u2_p1", "t2_r1_m1_u2"),),
 }
 WIDE_ROW_GROUPS_PER_SM = 2.5
-# The "_s1" variants (sm_90+; PTI_PRELOAD=0: off): a CTA requests its row group's weights into
-# shared memory before the PDL wait, and its activations after it (kernels/pti_kernel.hip,
-# "weights preloaded before the PDL wait"); 3 CTAs per SM.  Chosen for up to PRELOAD_MAX_ROWS
-# rows when at least 3/4 of the row group fits PRELOAD_BYTES.
-PRELOAD_VARIANTS = {1: "t1_r1_m1_u4_s1", 2: "t2_r1_m1_u2_s1"}
-PRELOAD_BYTES = 72 * 1024
-PRELOAD_MAX_ROWS = 2
-CHUNK_BYTES = 8 * (512 + 32)   # 8 blocks of one row group: weights and scales, per twin
-MAX_PRELOAD_CHUNKS = 32        # kernels/pti_kernel.hip PTI_PRE_MAX: one mbarrier per group, + 1
-PRELOAD_GROUP = int(os.environ.get("PTI_PRELOAD_GROUP", "4"))   # chunks per bulk copy and mbarrier
 # Loaded and benchmarkable, but not in the policy above ("_p1" in the policy: the software-pipelined
 # main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
@@ -88,30 +78,13 @@ def variant_for(twins: int, m: int, wide: bool = False) -> str:
 
 
 def all_variants() -> list[str]:
-    return sorted({v for vs in TC_VARIANTS.values() for _, a, b in vs for v in (a, b)} | set(EXTRA_VARIANTS)
-                  | set(PRELOAD_VARIANTS.values()))
+    return sorted({v for vs in TC_VARIANTS.values() for _, a, b in vs for v in (a, b)} | set(EXTRA_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 's': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
-    (p: the pipelined main loop; s: weights preloaded into shared memory; 0 when absent)."""
-    return {"p": 0, "s": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
-
-
-def preload_chunks(twins: int, k: int, vec_ok: bool, rows: int) -> int:
-    """Chunks (8 blocks of 32 columns) an _s1 CTA preloads for `rows` activation rows (both
-    twins'): whole blocks only, weights, scales and those rows' activations within PRELOAD_BYTES."""
-    if not vec_ok:
-        return 0
-    fit = (PRELOAD_BYTES - 16 * rows) // (twins * CHUNK_BYTES + 512 * rows)
-    return max(0, min(k // 32 // 8, MAX_PRELOAD_CHUNKS, fit))
-
-
-def preload_smem(twins: int, npre: int, rows: int) -> int:
-    """Dynamic shared memory of an _s1 launch (kernels/pti_kernel.hip pti_pre_layout): the chunks
-    and the activation rows (the reduction's 16 KB reuses them), then 8-byte mbarriers."""
-    end = twins * npre * CHUNK_BYTES + rows * (npre * 512 + 16)
-    return max(SMEM_BYTES, (end + 7) // 8 * 8) + 8 * (MAX_PRELOAD_CHUNKS + 1)
+    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
+    (p: the pipelined main loop, 0 when absent)."""
+    return {"p": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
 
 
 SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
@@ -133,7 +106,6 @@ class KernelBackend(Backend):
         self.act_dtype = act_dtype
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
-        self.preload = False   # the _s1 variants up to 8 rows (CUDA backend, sm_90+; PTI_PRELOAD=0: off)
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -231,28 +203,22 @@ class KernelBackend(Backend):
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
-                                                          ys[0].dtype, rows=packs[0].rows, glu=glu, cols=packs[0].cols))
+                                                          ys[0].dtype, rows=packs[0].rows, glu=glu))
 
     def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None,
-                    rows: int = 0, glu: bool = False, cols: int = 1) -> str:
-        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few) and `cols`
-        columns."""
+                    rows: int = 0, glu: bool = False) -> str:
+        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few)."""
         tag = ACT_TAGS[act] + ("_glu" if glu else "_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
         wide = rows / 16 >= WIDE_ROW_GROUPS_PER_SM * self.sm_count
-        if variant is None and self.preload and m <= PRELOAD_MAX_ROWS and \
-                preload_chunks(twins, cols, True, twins * m) * 256 * 4 >= cols * 3:   # most of the row group
-            variant = PRELOAD_VARIANTS[twins]
         return f"pti_mm_{tag}_{variant or variant_for(twins, m, wide)}"
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]):
-        """(grid, argument values, ctypes types, dynamic shared memory) of one kernel launch; rows
-        may be 0 for a twin."""
+        """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin."""
         p0 = packs[0]
         g, nb = p0.q.shape[:2]
-        var = {"r": 1, "s": 0} if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])
-        rg = var["r"]
+        rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
         ms = [x.shape[0] for x in xs] + [0]
         ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
         vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
@@ -262,11 +228,8 @@ class KernelBackend(Backend):
         vals = (ptr(p0.q), ptr(p0.s), ptr(pb.q if pb else None), ptr(pb.s if pb else None),
                 ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
                 ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows // 2 if "_glu_" in name else p0.rows, vec_ok)
-        rows = ms[0] + (ms[1] if len(packs) > 1 else 0)
-        npre = preload_chunks(len(packs), p0.cols, bool(vec_ok), rows) if var["s"] else 0
-        smem = preload_smem(len(packs), npre, rows) if var["s"] else self.smem.get(name, 0)
-        types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 9
-        return g // rg, vals + (npre | (PRELOAD_GROUP << 8) if npre else 0,), types, smem
+        types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
+        return g // rg, vals, types
 
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
@@ -334,22 +297,16 @@ class CudaBackend(KernelBackend):
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if n.startswith("pti_mm_"):
                     self.smem[n] = SMEM_BYTES
-                    if split_variant(n.split("_", 4)[4])["s"]:   # over 48 KB: opt in
-                        _cu(driver.cuFuncSetAttribute(
-                            f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            PRELOAD_BYTES + 1024), f"shared memory of {n}")
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
         self.pdl = major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
-        # weights preloaded before the PDL wait (bulk copies: sm_90+)
-        self.preload = major >= 9 and not self.generic and os.environ.get("PTI_PRELOAD", "1") != "0"
 
     def launch(self, packs, xs, ys, name: str) -> None:
-        grid, vals, types, smem = self.launch_args(name, packs, xs, ys)
+        grid, vals, types = self.launch_args(name, packs, xs, ys)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), smem, stream,
+        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
                       (vals, types), self.pdl, f"launch {name}")
 
     def stream_read(self, buf: torch.Tensor, blocks: int) -> torch.Tensor:
