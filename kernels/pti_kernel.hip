@@ -531,63 +531,6 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 
-// X1 variants (one twin, one tile of 8 activation rows, U blocks per warp covering the whole
-// row group: K <= 8 U 32, which the host checks): every weight and scale a warp needs is
-// requested into registers before griddepcontrol.wait.  Weights never change, so when the
-// previous grid is small (a norm, the attention at few sequences) this kernel's CTAs are resident
-// early (docs/perf.md, session 5, item 2) and their bytes arrive meanwhile.  After the wait the
-// CTA copies its activation rows into shared memory once (rows padded by 16 bytes, so that the
-// 8 rows of a tile fall on different banks), then each warp computes its blocks in order with
-// pti_block: the same arithmetic and order as every other variant, so the same bits.
-template <int TIN, int TOUT, int U>
-__device__ __forceinline__ void pti_mm_x1(const PtiArgs& a) {
-    extern __shared__ __align__(16) unsigned char pti_smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int unit = blockIdx.x;
-    pti_pdl_trigger();
-    uint4 wv[U][1][1];
-    unsigned sv[U][1][1];
-    const pti_u64 blk0 = (pti_u64)unit * a.nb + warp;
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-        if (warp + 8 * u < a.nb) {   // before the wait: weights only
-            wv[u][0][0] = pti_ld_stream(a.q[0] + (blk0 + 8 * u) * 32 + lane);
-            sv[u][0][0] = __ldg(a.s[0] + (blk0 + 8 * u) * 8 + (lane >> 2));
-        }
-    const unsigned zero = (unsigned)a.vec_ok >> 31;
-    const unsigned KM = 0x807f807fu ^ zero, KS = 0x80008000u ^ zero;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    pti_pdl_wait();
-    const int M = a.M[0], words = a.nb * 4, xs = a.nb * 64 + 16;   // 16-byte words per row, row stride
-    for (int i = threadIdx.x; i < M * words; i += 256) {
-        const int r = i / words, w16 = i - r * words;
-        *(uint4*)(pti_smem + r * xs + w16 * 16) = pti_load_x(a.x[0], r, M, w16 * 8, a.K, a.ldx, a.vec_ok);
-    }
-    __syncthreads();
-    const int row = lane >> 2;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int b = warp + 8 * u;
-        if (b < a.nb) {
-            uint4 xv[1][1];
-            xv[0][0] = row < M ? *(const uint4*)(pti_smem + row * xs + b * 64 + (lane & 3) * 16) : make_uint4(0, 0, 0, 0);
-            pti_block<TIN, 1, 1, 1>(wv[u], sv[u], xv, acc, KM, KS);
-        }
-    }
-    __syncthreads();   // the reduction reuses the activations' shared memory
-    pti_finish<TIN, TOUT, 1, 1, 1>(a, unit, warp, lane, acc, (float*)pti_smem);
-}
-
-#define PTI_X1(NAME, TIN, TOUT, U, MINB)                                                      \
-    extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
-        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
-        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
-        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok};                                        \
-        pti_mm_x1<TIN, TOUT, U>(a);                                                            \
-    }
-
 #define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB)                                       \
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
@@ -627,18 +570,10 @@ __device__ __forceinline__ void pti_mm_x1(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3)
 
-// X1: pti_mm_{tag}_t1_r1_m1_u16_x1 (K <= 4096; dynamic shared memory: the activation rows).
-#define PTI_X1_ALL(TAG, TIN, TOUT) PTI_X1(pti_mm_##TAG##_t1_r1_m1_u16_x1, TIN, TOUT, 16, 2)
-
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)
 PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
 PTI_TC_ALL(bf16_glu, 0, 2)
-PTI_X1_ALL(bf16_f32, 0, 0)
-PTI_X1_ALL(bf16_out, 0, 1)
-PTI_X1_ALL(f16_f32, 1, 0)
-PTI_X1_ALL(f16_out, 1, 1)
-PTI_X1_ALL(bf16_glu, 0, 2)
 
 #endif  // PTI_CUDA

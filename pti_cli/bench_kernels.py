@@ -99,17 +99,14 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
     reps = max(20, 2 * copies)
     rows, t1 = [], None
     if variant is not None:   # an explicit variant serves at most 8 rows per tile it has
-        from .backends.cuda import X1_MAX_K, split_variant
+        from .backends.cuda import split_variant
         ms = [m for m in ms if m <= 8 * split_variant(variant)["m"] and m in (1, 8, 16, 32, 64)]
-        if split_variant(variant)["x"] and (twins != 1 or k > X1_MAX_K):
-            return []   # the _x1 variant serves one twin and K <= X1_MAX_K
     for m in ms:
         xs = [torch.randn(m, k, device=backend.device).to(backend.act_dtype) for _ in range(twins)]
         ys = [torch.empty(m, n, device=backend.device, dtype=backend.act_dtype) for _ in range(twins)]
         # as matmul_twins: two one-twin launches past its row limit (unless a twin variant is asked for)
         split = twins == 2 and m > TWIN_KERNEL_MAX_ROWS and variant is None
-        name = backend.kernel_name(1 if split else twins, m, backend.act_dtype, backend.act_dtype, variant, rows=n,
-                                   cols=k)
+        name = backend.kernel_name(1 if split else twins, m, backend.act_dtype, backend.act_dtype, variant, rows=n)
         if name not in backend.funcs:
             raise PtiError(f"no kernel {name}")
 

@@ -41,11 +41,6 @@ TC_VARIANTS = {
     2: ((8, "t2_r1_m1_u2_p1", "t2_r1_m1_u2"),),
 }
 WIDE_ROW_GROUPS_PER_SM = 2.5
-# Up to 8 rows of one twin and K <= X1_MAX_K: the "_x1" variant requests all of a CTA's weights
-# before the PDL wait and reads its activations from shared memory (kernels/pti_kernel.hip
-# pti_mm_x1).  PTI_X1: "all" (every such matrix), "narrow" (not the wide ones), "0" (never).
-X1_VARIANT = "t1_r1_m1_u16_x1"
-X1_MAX_K = 8 * 16 * 32
 # Loaded and benchmarkable, but not in the policy above ("_p1" in the policy: the software-pipelined
 # main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
@@ -83,21 +78,13 @@ def variant_for(twins: int, m: int, wide: bool = False) -> str:
 
 
 def all_variants() -> list[str]:
-    return sorted({v for vs in TC_VARIANTS.values() for _, a, b in vs for v in (a, b)} | set(EXTRA_VARIANTS)
-                  | {X1_VARIANT})
+    return sorted({v for vs in TC_VARIANTS.values() for _, a, b in vs for v in (a, b)} | set(EXTRA_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 'x': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
-    (p: the pipelined main loop; x: the whole row group's weights before the PDL wait and the
-    activations in shared memory, kernels/pti_kernel.hip pti_mm_x1; 0 when absent)."""
-    return {"p": 0, "x": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
-
-
-def x1_smem(m: int, k: int) -> int:
-    """Dynamic shared memory of an _x1 launch: m activation rows of whole blocks, each padded by 16
-    bytes, or the reduction's 16 KB, whichever is more."""
-    return max(SMEM_BYTES, m * ((k + 31) // 32 * 64 + 16))
+    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
+    (p: the pipelined main loop, 0 when absent)."""
+    return {"p": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
 
 
 SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
@@ -119,7 +106,6 @@ class KernelBackend(Backend):
         self.act_dtype = act_dtype
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
-        self.x1 = "0"      # where the _x1 variant serves (X1_VARIANT above; the CUDA backend sets it)
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -217,30 +203,22 @@ class KernelBackend(Backend):
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
-                                                          ys[0].dtype, rows=packs[0].rows, glu=glu, cols=packs[0].cols))
+                                                          ys[0].dtype, rows=packs[0].rows, glu=glu))
 
     def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None,
-                    rows: int = 0, glu: bool = False, cols: int = 1 << 30) -> str:
-        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few) and `cols`
-        columns (unknown: many)."""
+                    rows: int = 0, glu: bool = False) -> str:
+        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few)."""
         tag = ACT_TAGS[act] + ("_glu" if glu else "_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
         wide = rows / 16 >= WIDE_ROW_GROUPS_PER_SM * self.sm_count
-        if variant is None and twins == 1 and m <= 8 and cols <= X1_MAX_K and \
-                (self.x1 == "all" or (self.x1 == "narrow" and not wide)):
-            variant = X1_VARIANT
         return f"pti_mm_{tag}_{variant or variant_for(twins, m, wide)}"
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]):
-        """(grid, argument values, ctypes types, dynamic shared memory) of one kernel launch; rows
-        may be 0 for a twin."""
+        """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin."""
         p0 = packs[0]
         g, nb = p0.q.shape[:2]
-        var = {"r": 1, "x": 0} if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])
-        rg = var["r"]
-        if var["x"] and (len(packs) != 1 or xs[0].shape[0] > 8 or nb > 8 * var["u"]):
-            raise PtiError(f"{name} serves one twin, up to 8 rows and {8 * var['u'] * 32} columns")
+        rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
         ms = [x.shape[0] for x in xs] + [0]
         ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
         vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
@@ -251,8 +229,7 @@ class KernelBackend(Backend):
                 ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
                 ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows // 2 if "_glu_" in name else p0.rows, vec_ok)
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
-        smem = x1_smem(ms[0], p0.cols) if var["x"] else self.smem.get(name, 0)
-        return g // rg, vals, types, smem
+        return g // rg, vals, types
 
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
@@ -320,21 +297,16 @@ class CudaBackend(KernelBackend):
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if n.startswith("pti_mm_"):
                     self.smem[n] = SMEM_BYTES
-                    if n.endswith("_x1"):   # up to 8 activation rows in shared memory: over 48 KB
-                        _cu(driver.cuFuncSetAttribute(
-                            f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            x1_smem(8, X1_MAX_K)), f"shared memory of {n}")
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
         self.pdl = major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
-        self.x1 = os.environ.get("PTI_X1", "all") if not self.generic else "0"
 
     def launch(self, packs, xs, ys, name: str) -> None:
-        grid, vals, types, smem = self.launch_args(name, packs, xs, ys)
+        grid, vals, types = self.launch_args(name, packs, xs, ys)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), smem, stream,
+        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
                       (vals, types), self.pdl, f"launch {name}")
 
     def stream_read(self, buf: torch.Tensor, blocks: int) -> torch.Tensor:

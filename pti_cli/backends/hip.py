@@ -55,7 +55,7 @@ class HipBackend(KernelBackend):
                                            f"hipModuleGetFunction {n}")
 
     def launch(self, packs, xs, ys, name: str) -> None:
-        grid, vals, types, _ = self.launch_args(name, packs, xs, ys)   # (HIP: the generic kernel only)
+        grid, vals, types = self.launch_args(name, packs, xs, ys)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
         extra = tuple(t(v) for v, t in zip(vals, types))
         _hip_check(self._hip.hipModuleLaunchKernel(self.funcs[name], grid, 1, 1, THREADS, 1, 1,
