@@ -531,121 +531,6 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 
-// H1 variants (one row group per CTA, one tile of 8 activation rows, 512 threads): twice the
-// warps of the others on the same matrix.  Warp (w, h) = (warp / 2, warp % 2) takes block class w
-// (blocks b = w mod 8, in order, as warp w of the others) but only row half h: rows g (h = 0) or
-// g + 8 (h = 1) of each lane's rows g, g + 8, i.e. bytes 8h..8h+7 of the lane's 16, and feeds the
-// MMA zeros for the other half.  An MMA's output for one row depends only on that row's operands,
-// so each row gets the bits of pti_block; the CTA then sums the same 8 partials per output in the
-// same order (pti_finish_h).  Half the instructions per warp, twice the warps: at one row a
-// warp's instruction stream, not the bytes, sets the time (docs/perf.md, session 5, item 4).
-__device__ __forceinline__ uint2 pti_ld_half(const uint4* p, int h) {
-    uint2 v;
-    asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"((const uint2*)p + h));
-    return v;
-}
-
-template <int TIN, int NTW>
-__device__ __forceinline__ void pti_block_h(const uint2 (&wv)[NTW], const unsigned (&sv)[NTW], const uint4 (&xv)[NTW],
-                                            int h, float* acc, unsigned KM, unsigned KS) {
-#pragma unroll
-    for (int tw = 0; tw < NTW; ++tw) {
-        unsigned r01, r23, r45, r67;
-        pti_cvt4<TIN>(wv[tw].x, r01, r23, KM, KS);
-        pti_cvt4<TIN>(wv[tw].y, r45, r67, KM, KS);
-        const float d = pti_f16_to_f32((unsigned short)(h ? sv[tw] >> 16 : sv[tw] & 0xffffu));
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-        if (h == 0) {
-            pti_mma<TIN>(c, r01, 0u, r23, 0u, xv[tw].x, xv[tw].y);
-            pti_mma<TIN>(c, r45, 0u, r67, 0u, xv[tw].z, xv[tw].w);
-        } else {
-            pti_mma<TIN>(c, 0u, r01, 0u, r23, xv[tw].x, xv[tw].y);
-            pti_mma<TIN>(c, 0u, r45, 0u, r67, xv[tw].z, xv[tw].w);
-        }
-        acc[tw * 2] = __fmaf_rn(d, c[2 * h], acc[tw * 2]);
-        acc[tw * 2 + 1] = __fmaf_rn(d, c[2 * h + 1], acc[tw * 2 + 1]);
-    }
-}
-
-// pti_finish for 16 warps: warp (w, h) stores its two partials where warp w of the others keeps
-// c[2h], c[2h + 1], then the 8 class partials of each output are summed in class order.
-template <int TIN, int TOUT, int NTW>
-__device__ __forceinline__ void pti_finish_h(const PtiArgs& a, int unit, int w, int h, int lane, const float* acc,
-                                             float* red) {
-#pragma unroll
-    for (int tw = 0; tw < NTW; ++tw)
-        *(float2*)&red[(w * 4 + tw) * 128 + lane * 4 + 2 * h] = make_float2(acc[tw * 2], acc[tw * 2 + 1]);
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < NTW * 128; idx += 512) {
-        const int tw = idx >> 7, l = (idx >> 2) & 31, c = idx & 3;
-        float v = red[idx];
-#pragma unroll
-        for (int ww = 1; ww < 8; ++ww) v += red[ww * 512 + idx];
-        const int n = unit * 16 + (l >> 2) + (c >= 2 ? 8 : 0);
-        const int m = 2 * (l & 3) + (c & 1);
-        if (TOUT == 2) {   // PTI_GLU: the gate sum is at c, the up sum at c + 2 (c = 0, 1)
-            if (c < 2) {
-                float u = red[idx + 2];
-#pragma unroll
-                for (int ww = 1; ww < 8; ++ww) u += red[ww * 512 + idx + 2];
-                const int f = unit * 8 + (l >> 2);
-                if (2 * f < a.N && m < (tw ? a.M[1] : a.M[0]))
-                    ((unsigned short*)(tw ? a.y[1] : a.y[0]))[(pti_u64)m * a.ldy + f] = pti_glu(v, u);
-            }
-        } else if (n < a.N && m < (tw ? a.M[1] : a.M[0])) {
-            pti_store<TIN, TOUT>(tw ? a.y[1] : a.y[0], (pti_u64)m * a.ldy + n, v);
-        }
-    }
-}
-
-template <int TIN, int TOUT, int NTW, int U>
-__device__ __forceinline__ void pti_mm_h(const PtiArgs& a) {
-    extern __shared__ __align__(16) unsigned char pti_smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, w = warp >> 1, h = warp & 1;
-    const int unit = blockIdx.x;
-    pti_pdl_trigger();
-    const unsigned zero = (unsigned)a.vec_ok >> 31;
-    const unsigned KM = 0x807f807fu ^ zero, KS = 0x80008000u ^ zero;
-    float acc[NTW * 2];
-#pragma unroll
-    for (int i = 0; i < NTW * 2; ++i) acc[i] = 0.f;
-    const int row = lane >> 2;
-    pti_pdl_wait();
-    for (int b0 = w; b0 < a.nb; b0 += 8 * U) {
-        uint2 wv[U][NTW];
-        unsigned sv[U][NTW];
-        uint4 xv[U][NTW];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int b = b0 + 8 * u;
-            if (b < a.nb) {
-                const pti_u64 blk = (pti_u64)unit * a.nb + b;
-#pragma unroll
-                for (int tw = 0; tw < NTW; ++tw) {
-                    wv[u][tw] = pti_ld_half((tw ? a.q[1] : a.q[0]) + blk * 32 + lane, h);
-                    sv[u][tw] = __ldg((tw ? a.s[1] : a.s[0]) + blk * 8 + row);
-                    xv[u][tw] = pti_load_x(tw ? a.x[1] : a.x[0], row, tw ? a.M[1] : a.M[0], b * 32 + 8 * (lane & 3),
-                                           a.K, a.ldx, a.vec_ok);
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (b0 + 8 * u < a.nb) pti_block_h<TIN, NTW>(wv[u], sv[u], xv[u], h, acc, KM, KS);
-    }
-    pti_finish_h<TIN, TOUT, NTW>(a, unit, w, h, lane, acc, (float*)pti_smem);
-}
-
-#define PTI_H1(NAME, TIN, TOUT, NTW, U)                                                       \
-    extern "C" __global__ void __launch_bounds__(512, 2) NAME(                                 \
-        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
-        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
-        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok};                                        \
-        pti_mm_h<TIN, TOUT, NTW, U>(a);                                                        \
-    }
-
 #define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB)                                       \
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
@@ -685,20 +570,10 @@ __device__ __forceinline__ void pti_mm_h(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3)
 
-// H1: pti_mm_{tag}_t{NTW}_r1_m1_u{U}_h1, 512 threads (16 KB of dynamic shared memory: the reduction).
-#define PTI_H1_ALL(TAG, TIN, TOUT)                        \
-    PTI_H1(pti_mm_##TAG##_t1_r1_m1_u4_h1, TIN, TOUT, 1, 4) \
-    PTI_H1(pti_mm_##TAG##_t2_r1_m1_u2_h1, TIN, TOUT, 2, 2)
-
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)
 PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
 PTI_TC_ALL(bf16_glu, 0, 2)
-PTI_H1_ALL(bf16_f32, 0, 0)
-PTI_H1_ALL(bf16_out, 0, 1)
-PTI_H1_ALL(f16_f32, 1, 0)
-PTI_H1_ALL(f16_out, 1, 1)
-PTI_H1_ALL(bf16_glu, 0, 2)
 
 #endif  // PTI_CUDA

@@ -180,18 +180,12 @@ def test_variant_names_match_the_kernel_source():
     from pti_cli.backends.compile import kernel_source
     from pti_cli.backends.cuda import all_variants, split_variant
 
-    assert split_variant("t1_r1_m1_u4_p1") == {"t": 1, "r": 1, "m": 1, "u": 4, "p": 1, "h": 0}
-    assert split_variant("t2_r2_m1_u2") == {"t": 2, "r": 2, "m": 1, "u": 2, "p": 0, "h": 0}
+    assert split_variant("t1_r1_m1_u4_p1") == {"t": 1, "r": 1, "m": 1, "u": 4, "p": 1}
+    assert split_variant("t2_r2_m1_u2") == {"t": 2, "r": 2, "m": 1, "u": 2, "p": 0}
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_TC\(pti_mm_##TAG##_(\w+), TIN, TOUT, ([\d, ]+)\)", kernel_source())}
-    h1 = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
-          for m in re.finditer(r"PTI_H1\(pti_mm_##TAG##_(\w+), TIN, TOUT, ([\d, ]+)\)", kernel_source())}
     assert any(split_variant(v)["p"] for v in all_variants())
-    for v in [v for v in all_variants() if split_variant(v)["h"]]:   # one row group and one tile
-        ntw, u = h1.pop(v)
-        assert split_variant(v) == {"t": ntw, "r": 1, "m": 1, "u": u, "p": 0, "h": 1}, v
-    assert not h1, h1   # every instantiated one is launchable
-    for v in [v for v in all_variants() if not split_variant(v)["h"]]:
+    for v in all_variants():
         *args, minb = inst[v]
         assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
         assert minb in (1, 2, 3), v

@@ -41,10 +41,6 @@ TC_VARIANTS = {
     2: ((8, "t2_r1_m1_u2_p1", "t2_r1_m1_u2"),),
 }
 WIDE_ROW_GROUPS_PER_SM = 2.5
-# Up to 8 rows per twin: the "_h1" variants (512 threads, each warp half a row group's rows:
-# kernels/pti_kernel.hip pti_mm_h).  PTI_H1: "narrow" (matrices of few row groups), "all", "0".
-H1_VARIANTS = {1: "t1_r1_m1_u4_h1", 2: "t2_r1_m1_u2_h1"}
-H1_THREADS = 512
 # Loaded and benchmarkable, but not in the policy above ("_p1" in the policy: the software-pipelined
 # main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
@@ -82,18 +78,13 @@ def variant_for(twins: int, m: int, wide: bool = False) -> str:
 
 
 def all_variants() -> list[str]:
-    return sorted({v for vs in TC_VARIANTS.values() for _, a, b in vs for v in (a, b)} | set(EXTRA_VARIANTS)
-                  | set(H1_VARIANTS.values()))
+    return sorted({v for vs in TC_VARIANTS.values() for _, a, b in vs for v in (a, b)} | set(EXTRA_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 'h': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
-    (p: the pipelined main loop; h: 512 threads, a warp per half row group; 0 when absent)."""
-    return {"p": 0, "h": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
-
-
-def kernel_threads(name: str) -> int:
-    return H1_THREADS if name.endswith("_h1") else THREADS
+    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
+    (p: the pipelined main loop, 0 when absent)."""
+    return {"p": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
 
 
 SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
@@ -115,7 +106,6 @@ class KernelBackend(Backend):
         self.act_dtype = act_dtype
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
-        self.h1 = "0"      # where the _h1 variants serve (H1_VARIANTS above; the CUDA backend sets it)
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -222,8 +212,6 @@ class KernelBackend(Backend):
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
         wide = rows / 16 >= WIDE_ROW_GROUPS_PER_SM * self.sm_count
-        if variant is None and m <= 8 and (self.h1 == "all" or (self.h1 == "narrow" and not wide)):
-            variant = H1_VARIANTS[twins]
         return f"pti_mm_{tag}_{variant or variant_for(twins, m, wide)}"
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]):
@@ -309,17 +297,16 @@ class CudaBackend(KernelBackend):
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if n.startswith("pti_mm_"):
                     self.smem[n] = SMEM_BYTES
-                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, kernel_threads(n), SMEM_BYTES),
+                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
         self.pdl = major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
-        self.h1 = os.environ.get("PTI_H1", "narrow") if not self.generic else "0"
 
     def launch(self, packs, xs, ys, name: str) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        launch_kernel(self._drv, self.funcs[name], (grid,), (kernel_threads(name),), self.smem.get(name, 0), stream,
+        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
                       (vals, types), self.pdl, f"launch {name}")
 
     def stream_read(self, buf: torch.Tensor, blocks: int) -> torch.Tensor:
