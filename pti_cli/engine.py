@@ -116,7 +116,9 @@ class Engine:
     `model`: `forward(batch, logit_tail) -> float32 logits [sum(logit_tail), vocab]`
     (the last logit_tail[i] rows of each batch item, in batch order; a forward
     without that parameter returns all rows and the engine picks), `new_kv()`,
-    `context_length`.  `tokenizer`: `eog_ids`, `stream_decoder()`,
+    `context_length`; optionally `forward_ids(batch, logit_tail)`, the greedy token of
+    each of those rows (argmax, lowest id on ties), which greedy sampling then uses
+    instead of moving logits to the host.  `tokenizer`: `eog_ids`, `stream_decoder()`,
     `token_text(id)`.
     """
 
@@ -124,6 +126,9 @@ class Engine:
         self.model = model
         # a model whose forward takes logit_tail computes logits only for the rows that pick tokens
         self.tail_logits = "logit_tail" in inspect.signature(model.forward).parameters
+        # greedy sampling on a model that returns its pass's own greedy picks (`forward_ids`, same
+        # arguments as forward): token ids come back instead of logits rows
+        self.greedy_ids = cfg.sampling.greedy and hasattr(model, "forward_ids")
         self.tok = tokenizer
         self.cfg = cfg.check()
         self.n_ctx = int(model.context_length)
@@ -175,15 +180,11 @@ class Engine:
         batch = [(seq.kv, seq.req.twin, seq.tokens[seq.kv.length:] + draft) for seq, draft in zip(seqs, drafts)]
         # the rows that pick tokens: each sequence's last known token's and its draft's
         tails = [len(d) + 1 for d in drafts]
-        if self.tail_logits:
-            logits = self.model.forward(batch, logit_tail=tails)
+        if self.greedy_ids:   # the pass's own greedy picks: one small device-to-host copy
+            picked = self.model.forward_ids(batch, logit_tail=tails)
         else:
-            logits = self.model.forward(batch)
-            ends = np.cumsum([len(t) for _, _, t in batch])
-            rows = [r for end, n in zip(ends, tails) for r in range(end - n, end)]
-            logits = logits[torch.tensor(rows, device=logits.device)]
+            picked = self._picked_logits(batch, tails)
         self.passes += 1
-        picked = logits.float().cpu().numpy()      # one device-to-host copy per pass
         at = 0
         for seq, draft in zip(seqs, drafts):
             self._verify(seq, picked[at:at + len(draft) + 1], draft)
@@ -191,6 +192,18 @@ class Engine:
             if seq.finish:
                 self._finish(seq)
         return seqs
+
+    def _picked_logits(self, batch: list, tails: list[int]) -> np.ndarray:
+        """float32 logits of the rows that pick tokens (the last tails[i] of item i), on the host:
+        one device-to-host copy per pass."""
+        if self.tail_logits:
+            logits = self.model.forward(batch, logit_tail=tails)
+        else:
+            logits = self.model.forward(batch)
+            ends = np.cumsum([len(t) for _, _, t in batch])
+            rows = [r for end, n in zip(ends, tails) for r in range(end - n, end)]
+            logits = logits[torch.tensor(rows, device=logits.device)]
+        return logits.float().cpu().numpy()
 
     def _draft(self, seq: Sequence) -> list[int]:
         if seq.index is None or seq.kv.length == 0:   # a prefill pass is the prompt alone
@@ -219,7 +232,7 @@ class Engine:
         seq.passes += 1
         accepted = 0
         for j in range(len(draft) + 1):
-            tok = sample(rows[j], self.cfg.sampling, seq.req.s, len(seq.out_ids))
+            tok = int(rows[j]) if self.greedy_ids else sample(rows[j], self.cfg.sampling, seq.req.s, len(seq.out_ids))
             self._emit(seq, tok)
             if seq.finish or j == len(draft) or draft[j] != tok:
                 break

@@ -478,25 +478,39 @@ class EnginePort:
         self._finalize(kv, self.free.append, kv.slot)
         return kv
 
-    def forward(self, batch: list[tuple[SlotKV, int, list[int]]], logit_tail: list[int] | None = None) -> torch.Tensor:
-        """float32 logits on the device, batch order: one row per token, or only the last
-        logit_tail[i] rows of item i when given."""
+    def _run(self, batch: list[tuple[SlotKV, int, list[int]]], want_logits: bool) -> list:
+        """Per batch item, all its rows: float32 logits on the device, or (want_logits False) the
+        pass's greedy picks on the host, from its one small device-to-host copy."""
         big = ROW_BUCKETS[-1]
-        head: dict[int, torch.Tensor] = {}
+
+        def run(seqs: list[SeqRows]) -> list:
+            res = self.model.run_pass(seqs, want_logits=want_logits, host=False)
+            return res[1] if want_logits else res
+        head: dict[int, Any] = {}
         long = [(i, kv, tw, toks) for i, (kv, tw, toks) in enumerate(batch) if len(toks) > big]
         if long:   # all but the last `big` rows of long feeds, on their own
-            _, lg = self.model.run_pass([SeqRows(kv.slot, toks[:-big], kv.length, tw) for _, kv, tw, toks in long],
-                                        want_logits=True, host=False)
-            head = {i: x for (i, *_), x in zip(long, lg)}
+            head = {i: x for (i, *_), x in zip(long, run([SeqRows(kv.slot, toks[:-big], kv.length, tw)
+                                                          for _, kv, tw, toks in long]))}
         seqs = []
         for i, (kv, tw, toks) in enumerate(batch):
             n0 = len(toks) - big if i in head else 0
             seqs.append(SeqRows(kv.slot, toks[n0:], kv.length + n0, tw))
-        _, lg = self.model.run_pass(seqs, want_logits=True, host=False)
-        out = []
-        for i, x in enumerate(lg):
-            rows = torch.cat([head[i], x]) if i in head else x
-            out.append(rows if logit_tail is None else rows[rows.shape[0] - logit_tail[i]:])
+        join = torch.cat if want_logits else np.concatenate
+        out = [join([head[i], x]) if i in head else x for i, x in enumerate(run(seqs))]
         for kv, _, toks in batch:
             kv.length += len(toks)
-        return torch.cat(out)
+        return out
+
+    def forward(self, batch: list[tuple[SlotKV, int, list[int]]], logit_tail: list[int] | None = None) -> torch.Tensor:
+        """float32 logits on the device, batch order: one row per token, or only the last
+        logit_tail[i] rows of item i when given."""
+        rows = self._run(batch, True)
+        return torch.cat([r if logit_tail is None else r[r.shape[0] - logit_tail[i]:] for i, r in enumerate(rows)])
+
+    def forward_ids(self, batch: list[tuple[SlotKV, int, list[int]]],
+                    logit_tail: list[int] | None = None) -> np.ndarray:
+        """The greedy token (argmax, lowest id on ties, as sampling.sample) of each row forward
+        would return logits for, without moving the logits: the engine's greedy path, one small
+        device-to-host copy per pass."""
+        rows = self._run(batch, False)
+        return np.concatenate([r if logit_tail is None else r[len(r) - logit_tail[i]:] for i, r in enumerate(rows)])

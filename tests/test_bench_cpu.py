@@ -280,3 +280,57 @@ def test_replay_cuts_rows_to_the_cap(tmp_path, monkeypatch):
     res = bench.bench_synthetic("tiny", [2], ["lookup"], ["a"], device=CPU, prompt_len=10, gen=12,
                                 repeats=0, trace=tr, bw_bytes=16 << 20)
     assert not res.notes and max(seen[-res.rows[0].passes:]) == 4   # 2 sequences: 4 rows each at most
+
+
+def test_greedy_engine_takes_the_passes_own_picks(default_pti, monkeypatch):
+    """With greedy sampling the engine takes the fused pass's own argmax ids (`forward_ids`: one
+    small device-to-host copy, no logits), and its output is the one it gives from logits rows;
+    sampling at a temperature still goes through the logits."""
+    from pti_cli.api import engine_config
+    from pti_cli.engine import Engine, Request
+    from pti_cli.gpu_model import EnginePort, load_ssq
+    from pti_cli.sampling import SamplingParams
+    pti = default_pti
+    ids = pti.encode("Count: one, two, three, four, five, one, two, three, four, five, one, two")
+
+    class LogitsOnly:   # the same port without forward_ids
+        def __init__(self, port):
+            self.port, self.context_length = port, port.context_length
+
+        def forward(self, batch, logit_tail=None):
+            return self.port.forward(batch, logit_tail)
+
+        def new_kv(self):
+            return self.port.new_kv()
+
+        def draft_cap(self, n):
+            return self.port.draft_cap(n)
+
+    outs, calls = {}, {}
+
+    def counted(port, name):
+        real = getattr(port, name)
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(port, name, call)
+    for how in ("ids", "logits"):
+        port = EnginePort(load_ssq(pti.ssq, None, CPU, "a", max_seqs=3, max_ctx=256))
+        calls.update(forward=0, forward_ids=0)
+        counted(port, "forward")
+        counted(port, "forward_ids")
+        eng = Engine(port if how == "ids" else LogitsOnly(port), pti._tok_port,
+                     engine_config(max_tokens=12, spec="lookup", seqs=2))
+        assert eng.greedy_ids == (how == "ids")
+        eng.submit([Request(0, ids), Request(1, ids[:7])])
+        outs[how] = [r.token_ids for r in eng.run()]
+        if how == "ids":
+            assert calls["forward"] == 0 and calls["forward_ids"] == eng.passes > 0
+        else:
+            assert calls["forward_ids"] == 0 and calls["forward"] == eng.passes
+    assert outs["ids"] == outs["logits"] and all(len(o) == 12 for o in outs["ids"])
+    port = EnginePort(load_ssq(pti.ssq, None, CPU, "a", max_seqs=3, max_ctx=256))
+    cfg = engine_config(max_tokens=4, spec="none", seqs=1)
+    cfg.sampling = SamplingParams(temperature=0.8, seed=3)
+    assert not Engine(port, pti._tok_port, cfg).greedy_ids
