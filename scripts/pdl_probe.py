@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Does a programmatic dependent launch start early on this card, in a stream and inside a
-captured CUDA graph?  A one-CTA kernel spins for SPIN us after triggering its dependents; the
-next kernel (N CTAs, SMEM bytes of dynamic shared memory each) records when its CTAs enter
-(before griddepcontrol.wait) and when the wait returns, on the global timer.
+captured CUDA graph?  A one-CTA kernel spins for 50 us after triggering its dependents; the next
+kernel (256 or 1024 CTAs of 256 threads, 0 or 70 KB of dynamic shared memory each) records when
+its CTAs enter (before griddepcontrol.wait) and when the wait returns, on the global timer.
     python3 scripts/pdl_probe.py"""
 
 import ctypes
@@ -52,6 +52,7 @@ def main() -> None:
     P, U = ctypes.c_void_p, ctypes.c_uint64
 
     def run(ctas: int, smem: int, pdl: bool):
+        # t: spin start, spin end, first entry (min), last entry (max), first wait return (min)
         t.zero_()
         t[2:5].fill_(2 ** 62)   # (a kernel: no host copy, so it can be captured)
         t[3:4].zero_()
