@@ -573,6 +573,74 @@ INSTANTIATE_ATTN_ROPE_G(128, bf16_t, bf16)
 INSTANTIATE_ATTN_ROPE_G(64, float, f32)
 INSTANTIATE_ATTN_ROPE_G(128, float, f32)
 
+// The pass's first and last steps.  embed_bf16: x[m] = float32 of row tokens[m] of the
+// embedding table (Ea for the first n_a rows, twin A's; Eb for the rest); a token outside
+// [0, vocab) gives a NaN row, so it cannot pass unnoticed.  grid: rows, 256 threads.
+extern "C" __global__ void __launch_bounds__(256) embed_bf16(const bf16_t* __restrict__ Ea,
+        const bf16_t* __restrict__ Eb, const int* __restrict__ tokens, int n_a, int vocab, int d,
+        float* __restrict__ x) {
+    PDL_ENTRY();
+    int m = blockIdx.x, t = tokens[m];
+    const bf16_t* __restrict__ e = (m < n_a ? Ea : Eb) + (long)(t < 0 || t >= vocab ? 0 : t) * d;
+    bool ok = t >= 0 && t < vocab;
+    for (int i = threadIdx.x; i < d; i += blockDim.x)
+        x[(long)m * d + i] = ok ? bf2f(e[i]) : __int_as_float(0x7fc00000);
+}
+
+// a beats b: NaN above everything, then the larger value, then the lower index (torch.argmax)
+__device__ __forceinline__ bool argmax_beats(float a, int ia, float b, int ib) {
+    bool na = a != a, nb = b != b;
+    if (na || nb) return na && (!nb || ia < ib);
+    return a > b || (a == b && ia < ib);
+}
+
+// ids[m] = argmax of float32 logits row m (V wide).  feed (int32 [3, M]: tokens, positions,
+// slots of a pass of one row per sequence; null for none): becomes the next pass's inputs,
+// each row's pick at its position + 1 (padding rows, position -1, stay padding).  Then the
+// next pass needs nothing from the host (gpu_model.py, GpuModel.start_next).
+// grid: rows, ARGMAX_THREADS threads.
+#define ARGMAX_THREADS 1024
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_feed(const float* __restrict__ logits,
+        int V, int M, int* __restrict__ ids, int* feed) {
+    PDL_ENTRY();
+    __shared__ float sv[ARGMAX_THREADS / WARP];
+    __shared__ int si[ARGMAX_THREADS / WARP];
+    int m = blockIdx.x;
+    const float* __restrict__ row = logits + (long)m * V;
+    float best = NEG_INF;
+    int bi = 0x7fffffff;
+    int i = threadIdx.x;
+    for (; i + 3 * ARGMAX_THREADS < V; i += 4 * ARGMAX_THREADS) {   // four loads in flight
+        float v0 = row[i], v1 = row[i + ARGMAX_THREADS], v2 = row[i + 2 * ARGMAX_THREADS], v3 = row[i + 3 * ARGMAX_THREADS];
+        if (argmax_beats(v0, i, best, bi)) { best = v0; bi = i; }
+        if (argmax_beats(v1, i + ARGMAX_THREADS, best, bi)) { best = v1; bi = i + ARGMAX_THREADS; }
+        if (argmax_beats(v2, i + 2 * ARGMAX_THREADS, best, bi)) { best = v2; bi = i + 2 * ARGMAX_THREADS; }
+        if (argmax_beats(v3, i + 3 * ARGMAX_THREADS, best, bi)) { best = v3; bi = i + 3 * ARGMAX_THREADS; }
+    }
+    for (; i < V; i += ARGMAX_THREADS) {
+        float v = row[i];
+        if (argmax_beats(v, i, best, bi)) { best = v; bi = i; }
+    }
+    for (int o = WARP / 2; o > 0; o >>= 1) {
+        float ov = SHFL_XOR(best, o);
+        int oi = SHFL_XOR(bi, o);
+        if (argmax_beats(ov, oi, best, bi)) { best = ov; bi = oi; }
+    }
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    if (lane == 0) { sv[w] = best; si[w] = bi; }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int k = 1; k < ARGMAX_THREADS / WARP; k++)
+        if (argmax_beats(sv[k], si[k], best, bi)) { best = sv[k]; bi = si[k]; }
+    if (bi == 0x7fffffff) bi = 0;   // V == 0 cannot happen; keep the id in range anyway
+    ids[m] = bi;
+    if (feed) {
+        feed[m] = bi;
+        int p = feed[M + m];
+        if (p >= 0) feed[M + m] = p + 1;
+    }
+}
+
 // Streaming read of n 16-byte words: the bandwidth denominator of `pti bench`.
 extern "C" __global__ void stream_read(const uint4* p, long n, unsigned* sink) {
     PDL_ENTRY();

@@ -159,16 +159,11 @@ def _twin_of(i: int, twins: str) -> int:
 
 
 def _decode_plain(model: GpuModel, firsts: list[int], starts: list[int], gen: int, twins: str):
-    """gen passes of one row per sequence; returns (tokens, passes, every sequence's tokens)."""
-    cur, pos = list(firsts), list(starts)
-    out = [[f] for f in firsts]
-    for _ in range(gen):
-        ids = model.run_pass([SeqRows(i, [cur[i]], pos[i], _twin_of(i, twins)) for i in range(len(cur))])
-        cur = [int(r[0]) for r in ids]
-        pos = [p + 1 for p in pos]
-        for o, c in zip(out, cur):
-            o.append(c)
-    return len(cur) * gen, gen, out
+    """gen passes of one row per sequence, each fed on the device by the one before
+    (`GpuModel.decode_greedy`, as `pti run` decodes); returns (tokens, passes, every sequence's tokens)."""
+    picks = model.decode_greedy([SeqRows(i, [f], p, _twin_of(i, twins))
+                                 for i, (f, p) in enumerate(zip(firsts, starts))], gen)
+    return len(firsts) * gen, gen, [[f] + p for f, p in zip(firsts, picks)]
 
 
 def _decode_replay(model: GpuModel, truth: list[list[int]], starts: list[int], gen: int, twins: str,

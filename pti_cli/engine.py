@@ -118,7 +118,8 @@ class Engine:
     without that parameter returns all rows and the engine picks), `new_kv()`,
     `context_length`; optionally `forward_ids(batch, logit_tail)`, the greedy token of
     each of those rows (argmax, lowest id on ties), which greedy sampling then uses
-    instead of moving logits to the host.  `tokenizer`: `eog_ids`, `stream_decoder()`,
+    instead of moving logits to the host, and which may take `run_ahead=True` (plain
+    decoding: the engine will feed each sequence its pick next).  `tokenizer`: `eog_ids`, `stream_decoder()`,
     `token_text(id)`.
     """
 
@@ -129,6 +130,10 @@ class Engine:
         # greedy sampling on a model that returns its pass's own greedy picks (`forward_ids`, same
         # arguments as forward): token ids come back instead of logits rows
         self.greedy_ids = cfg.sampling.greedy and hasattr(model, "forward_ids")
+        # plain greedy decoding feeds each sequence its pick: a model that can queue that pass
+        # before its picks are read (`run_ahead`) keeps the GPU busy while the host works
+        self.run_ahead = (self.greedy_ids and cfg.spec == "none"
+                          and "run_ahead" in inspect.signature(model.forward_ids).parameters)
         self.tok = tokenizer
         self.cfg = cfg.check()
         self.n_ctx = int(model.context_length)
@@ -181,7 +186,8 @@ class Engine:
         # the rows that pick tokens: each sequence's last known token's and its draft's
         tails = [len(d) + 1 for d in drafts]
         if self.greedy_ids:   # the pass's own greedy picks: one small device-to-host copy
-            picked = self.model.forward_ids(batch, logit_tail=tails)
+            ahead = {"run_ahead": True} if self.run_ahead else {}
+            picked = self.model.forward_ids(batch, logit_tail=tails, **ahead)
         else:
             picked = self._picked_logits(batch, tails)
         self.passes += 1

@@ -34,6 +34,7 @@ ATTN_CHUNK = 64                  # KV positions per attention block: fixed, so r
 # (docs/bench/kernels_h200_*.json): time(M) / time(1) is 1.00-1.10 up to 8 rows, 1.17-1.58 at 16,
 # 1.65-2.31 at 32.  Drafts are cut so that a pass, padded to its graph bucket, stays within it.
 FREE_ROWS = 8
+RING = 3   # passes of one bucket whose picks may be in flight (launched, not yet read) at once
 
 
 def seq_bucket(n: int) -> int:
@@ -197,6 +198,21 @@ class TorchOps:
         g, u = gu[:, :ffn].float(), gu[:, ffn:].float()
         return (torch.nn.functional.silu(g) * u).to(gu.dtype)
 
+    def embed(self, E: torch.Tensor, tokens: torch.Tensor, n_a: int) -> torch.Tensor:
+        """float32 rows of the embedding table E ([vocab, d], or [2, vocab, d] per twin)."""
+        ids = tokens.long()
+        x = E[ids] if E.dim() == 2 else torch.cat([E[0][ids[:n_a]], E[1][ids[n_a:]]])
+        return x.float()
+
+    def argmax_feed(self, logits: torch.Tensor, feed: torch.Tensor | None) -> torch.Tensor:
+        """int32 argmax of each row (lowest id on ties).  feed (a pass's int32 [3, M] inputs, one
+        row per sequence): becomes the next pass's, each row's pick at its position + 1."""
+        ids = torch.argmax(logits, dim=-1).to(torch.int32)
+        if feed is not None:
+            feed[0].copy_(ids)
+            feed[1].add_((feed[1] >= 0).to(torch.int32))   # padding rows (-1) stay padding
+        return ids
+
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> torch.Tensor:
     """Rotate [M, heads, hd] by per-row angles cos/sin [M, hd/2] (float32)."""
@@ -230,7 +246,35 @@ class _Bucket:
     logits: torch.Tensor | None = None
     next_ids: torch.Tensor | None = None
     host_in: Any = None
-    host_out: Any = None
+    host_out: list = field(default_factory=list)   # a ring of pinned [M] int32: passes in flight
+    events: list = field(default_factory=list)
+    turn: int = 0
+    last: Any = None   # the Pending of the last pass launched
+
+
+@dataclass
+class Pending:
+    """A pass on its way: its picks land in a pinned buffer that `ids()` waits for."""
+    model: "GpuModel"
+    bucket: _Bucket
+    seqs: list            # the SeqRows it evaluates
+    first: list[int]      # each sequence's first row
+    out: Any              # the pinned buffer of its picks
+    event: Any            # recorded after their copy (None on the CPU)
+    logits: Any
+    turn: int             # the bucket's launches up to this one
+
+    def ids(self) -> list[np.ndarray]:
+        """Per sequence, the greedy pick of each of its rows (waits for the pass)."""
+        if self.bucket.turn - self.turn >= RING:   # its buffer has been reused by a later pass
+            raise PtiError(f"a pass's picks were read after {RING} later passes of its bucket")
+        if self.event is not None:
+            self.event.synchronize()
+        t = time.perf_counter()
+        ids = self.out.numpy()
+        res = [ids[f:f + len(s.tokens)].copy() for f, s in zip(self.first, self.seqs)]
+        self.model.host_s += time.perf_counter() - t
+        return res
 
 
 class GpuModel:
@@ -264,8 +308,7 @@ class GpuModel:
     # -- one forward over device vectors; S sequences x P rows, the first n_a_rows on twin A
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, S: int, P: int, n_a_rows: int):
         sh, ops, n_a = self.shape, self.ops, n_a_rows
-        ids, E = tokens.long(), self.w.embed
-        x = (E[ids] if E.dim() == 2 else torch.cat([E[0][ids[:n_a]], E[1][ids[n_a:]]])).float()
+        x = ops.embed(self.w.embed, tokens, n_a)
         r = None
         for i, lw in enumerate(self.w.layers):
             h = ops.add_norm(x, r, lw.attn_norm, sh.eps, self.act_dtype, n_a)
@@ -318,17 +361,20 @@ class GpuModel:
             M = n_seqs * rows
             b = _Bucket(n_a, n_seqs, rows, torch.zeros((3, M), dtype=torch.int32, device=self.device))
             b.inp[1].fill_(-1)
-            pin = self.device.type == "cuda"
-            b.host_in = torch.zeros((3, M), dtype=torch.int32, pin_memory=pin)
-            b.host_out = torch.zeros(M, dtype=torch.int32, pin_memory=pin)
+            cuda = self.device.type == "cuda"
+            b.host_in = torch.zeros((3, M), dtype=torch.int32, pin_memory=cuda)
+            b.host_out = [torch.zeros(M, dtype=torch.int32, pin_memory=cuda) for _ in range(RING)]
+            b.events = [torch.cuda.Event() for _ in range(RING)] if cuda else []
             if self.graphs and rows <= ROW_BUCKETS[-1]:
                 self._capture(b)
             self.buckets[key] = b
         return b
 
     def _run_bucket(self, b: _Bucket):
+        """The pass of bucket b; with one row per sequence it also leaves, in b.inp, the inputs of
+        the pass after it (each row's pick at its position + 1: `start_next`)."""
         logits = self.forward(b.inp[0], b.inp[1], b.inp[2], b.n_seqs, b.rows, b.n_a * b.rows)
-        return logits, torch.argmax(logits, dim=-1).to(torch.int32)
+        return logits, self.ops.argmax_feed(logits, b.inp if b.rows == 1 else None)
 
     def _capture(self, b: _Bucket) -> None:
         """Warm up (padding rows only: nothing is written to the cache), then capture."""
@@ -342,36 +388,75 @@ class GpuModel:
         with torch.cuda.graph(b.graph):
             b.logits, b.next_ids = self._run_bucket(b)
 
-    def run_pass(self, seqs: Sequence[SeqRows], want_logits: bool = False, host: bool = True):
-        """One pass; returns per sequence the greedy next token of each of its rows
-        (and the float32 logits rows when asked: on the host, or on the device with
-        host=False).  One host-to-device copy in, one small device-to-host copy out."""
+    def start(self, seqs: Sequence[SeqRows]) -> Pending:
+        """Launch one pass: its inputs copied in, its picks copied out, nothing waited for."""
         if not seqs:
             raise PtiError("a pass needs at least one sequence")
         t0 = time.perf_counter()
         b = self._get_bucket(self._bucket_key(seqs))
         first = self._fill(b, seqs, b.host_in.numpy())
         b.inp.copy_(b.host_in, non_blocking=True)
-        t1 = time.perf_counter()
+        self.host_s += time.perf_counter() - t0
+        return self._launch(b, list(seqs), first)
+
+    def start_next(self, prev: Pending) -> Pending | None:
+        """Launch the pass that feeds each sequence of `prev` (one row each, the last pass of its
+        bucket) its pick, at the next position, on the device: nothing goes through the host, so
+        it can be queued before prev's picks are read.  None where that pass does not fit."""
+        b = prev.bucket
+        if b.rows != 1 or b.last is not prev or any(s.start + 2 > self.max_ctx for s in prev.seqs):
+            return None
+        # the tokens are the device's (only their count is used on the host)
+        return self._launch(b, [SeqRows(s.slot, [-1], s.start + 1, s.twin) for s in prev.seqs], prev.first)
+
+    def _launch(self, b: _Bucket, seqs: list[SeqRows], first: list[int]) -> Pending:
         if b.graph is not None:
             b.graph.replay()
             logits, next_ids = b.logits, b.next_ids
         else:
             logits, next_ids = self._run_bucket(b)
-        b.host_out.copy_(next_ids, non_blocking=True)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
+        k = b.turn % RING
+        b.turn += 1
+        out = b.host_out[k]
+        out.copy_(next_ids, non_blocking=True)
+        event = None
+        if b.events:
+            event = b.events[k]
+            event.record(torch.cuda.current_stream(self.device))
         self.passes += 1
         self.rows += sum(len(s.tokens) for s in seqs)
-        t2 = time.perf_counter()
-        ids = b.host_out.numpy()
-        out = [ids[f:f + len(s.tokens)].copy() for f, s in zip(first, seqs)]
-        self.host_s += (t1 - t0) + (time.perf_counter() - t2)
+        b.last = Pending(self, b, seqs, first, out, event, logits, b.turn)
+        return b.last
+
+    def run_pass(self, seqs: Sequence[SeqRows], want_logits: bool = False, host: bool = True):
+        """One pass; returns per sequence the greedy next token of each of its rows
+        (and the float32 logits rows when asked: on the host, or on the device with
+        host=False).  One host-to-device copy in, one small device-to-host copy out."""
+        p = self.start(seqs)
+        out = p.ids()
         if want_logits:
-            lg = logits.float()
+            lg = p.logits.float()
             if host:
                 lg = lg.cpu()
-            return out, [lg[f:f + len(s.tokens)].clone() for f, s in zip(first, seqs)]
+            return out, [lg[f:f + len(s.tokens)].clone() for f, s in zip(p.first, seqs)]
+        return out
+
+    def decode_greedy(self, seqs: Sequence[SeqRows], steps: int) -> list[list[int]]:
+        """`steps` passes of plain greedy decoding, one row per sequence (its last token at
+        `start`); returns each sequence's `steps` picks.  Each pass after the first is fed on the
+        device by the one before (`start_next`) and queued before that one's picks are read, so
+        the host's work overlaps the GPU's instead of adding to it."""
+        if any(len(s.tokens) != 1 for s in seqs):
+            raise PtiError("plain decoding feeds one token per sequence")
+        if any(s.start + steps > self.max_ctx for s in seqs):
+            raise PtiError(f"{steps} steps would pass the context of {self.max_ctx} positions")
+        out: list[list[int]] = [[] for _ in seqs]
+        cur = self.start(seqs) if steps > 0 else None
+        for i in range(steps):
+            nxt = self.start_next(cur) if i + 1 < steps else None
+            for o, r in zip(out, cur.ids()):
+                o.append(int(r[0]))
+            cur = nxt
         return out
 
     def prefill(self, seqs: Sequence[SeqRows], chunk_rows: int = 256) -> list[int]:
@@ -451,32 +536,64 @@ class SlotKV:
         self.length = n
 
 
+@dataclass
+class _Ahead:
+    """A pass queued before the engine asked for it: its sequences' next pass if the engine feeds
+    each its pick (`EnginePort.forward_ids(run_ahead=True)`)."""
+    pending: Pending
+    kvs: list          # weak references to the sequences' SlotKVs, in batch order
+    twins: list[int]
+    lengths: list[int]  # each SlotKV's length when the engine asks for the pass
+    picks: list[int]    # the tokens the device fed (the previous pass's picks)
+
+    def matches(self, batch: list) -> bool:
+        return (len(batch) == len(self.kvs)
+                and all(r() is kv and kv.length == n and tw == t and list(toks) == [p]
+                        for (kv, tw, toks), r, n, t, p in zip(batch, self.kvs, self.lengths, self.twins, self.picks)))
+
+
 class EnginePort:
     """What the engine needs (`forward(batch)`, `new_kv()`, `context_length`) over a GpuModel.
 
     Prompts longer than the largest graph bucket go through chunked eager passes
-    first; the pass that also holds the other sequences' rows then replays a graph."""
+    first; the pass that also holds the other sequences' rows then replays a graph.
+    With `forward_ids(run_ahead=True)` (plain greedy decoding) the port queues each
+    one-row-per-sequence pass's successor before reading its picks (`GpuModel.start_next`):
+    the engine's host work then overlaps the GPU's.  A queued pass the engine does not
+    ask for (a sequence ended or joined) is dropped: it only wrote KV positions past the
+    sequences' lengths, which later passes overwrite."""
 
     def __init__(self, model: GpuModel):
         import weakref
         self.model, self.context_length = model, model.max_ctx
         self.free = list(range(model.max_seqs))
         self._finalize = weakref.finalize
+        self._ahead: _Ahead | None = None
+        self.dropped = 0   # queued passes the engine did not ask for
+        self._base = model.passes
 
     @property
     def passes(self) -> int:
-        return self.model.passes
+        """The passes this port ran whose results were used (queued ones not yet asked for and
+        dropped ones left out)."""
+        return self.model.passes - self._base - self.dropped - (self._ahead is not None)
 
     def draft_cap(self, n_seqs: int) -> int:
         """The longest draft worth verifying in a pass of n_seqs sequences (rows_per_seq_cap)."""
         return rows_per_seq_cap(n_seqs) - 1
 
     def new_kv(self) -> SlotKV:
+        if not self.free and self._ahead is not None:   # it may hold a finished sequence's slot
+            self._drop_ahead()
         if not self.free:
             raise PtiError(f"all {self.model.max_seqs} KV slots of the GPU model are in use")
         kv = SlotKV(self.free.pop(0), self.model.max_ctx)
         self._finalize(kv, self.free.append, kv.slot)
         return kv
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead, self.dropped = None, self.dropped + 1
 
     def _run(self, batch: list[tuple[SlotKV, int, list[int]]], want_logits: bool) -> list:
         """Per batch item, all its rows: float32 logits on the device, or (want_logits False) the
@@ -504,13 +621,33 @@ class EnginePort:
     def forward(self, batch: list[tuple[SlotKV, int, list[int]]], logit_tail: list[int] | None = None) -> torch.Tensor:
         """float32 logits on the device, batch order: one row per token, or only the last
         logit_tail[i] rows of item i when given."""
+        self._drop_ahead()
         rows = self._run(batch, True)
         return torch.cat([r if logit_tail is None else r[r.shape[0] - logit_tail[i]:] for i, r in enumerate(rows)])
 
     def forward_ids(self, batch: list[tuple[SlotKV, int, list[int]]],
-                    logit_tail: list[int] | None = None) -> np.ndarray:
+                    logit_tail: list[int] | None = None, run_ahead: bool = False) -> np.ndarray:
         """The greedy token (argmax, lowest id on ties, as sampling.sample) of each row forward
         would return logits for, without moving the logits: the engine's greedy path, one small
-        device-to-host copy per pass."""
-        rows = self._run(batch, False)
-        return np.concatenate([r if logit_tail is None else r[len(r) - logit_tail[i]:] for i, r in enumerate(rows)])
+        device-to-host copy per pass.  run_ahead: the engine feeds each sequence its pick
+        next (plain decoding), so a one-row-per-sequence pass's successor is queued at once."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.matches(batch):
+            pending = ahead.pending
+        else:
+            if ahead is not None:
+                self.dropped += 1
+            if not (run_ahead and all(len(t) == 1 for _, _, t in batch)):
+                rows = self._run(batch, False)
+                return np.concatenate([r if logit_tail is None else r[len(r) - logit_tail[i]:]
+                                       for i, r in enumerate(rows)])
+            pending = self.model.start([SeqRows(kv.slot, toks, kv.length, tw) for kv, tw, toks in batch])
+        nxt = self.model.start_next(pending) if run_ahead else None
+        picks = pending.ids()
+        for kv, _, _ in batch:
+            kv.length += 1
+        if nxt is not None:
+            import weakref
+            self._ahead = _Ahead(nxt, [weakref.ref(kv) for kv, _, _ in batch], [tw for _, tw, _ in batch],
+                                 [kv.length for kv, _, _ in batch], [int(p[0]) for p in picks])
+        return np.concatenate(picks)

@@ -17,7 +17,7 @@ import torch
 
 from .backends.cuda import launch_kernel
 from .errors import PtiError
-from .gpu_model import ATTN_CHUNK
+from .gpu_model import ATTN_CHUNK, TorchOps
 
 P, I, L, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
 
@@ -58,7 +58,7 @@ class _Module:
 GROUPS = (1, 2, 4, 8)     # attention kernels are instantiated for these query heads per KV head (>= the model's)
 ATTN_THREADS = 256       # kernels/pti_ops.hip ATTN_THREADS
 KERNELS = (["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16", "silu_mul_f32",
-            "attn_combine_64", "attn_combine_128", "stream_read"]
+            "attn_combine_64", "attn_combine_128", "stream_read", "embed_bf16", "argmax_feed"]
            + [f"attn_{k}_{hd}_g{g}" for k in ("partial", "fused") for hd in (64, 128) for g in GROUPS]
            + [f"attn_rope_{hd}_g{g}_{t}" for hd in (64, 128) for g in GROUPS for t in ("bf16", "f32")])
 
@@ -152,6 +152,28 @@ class CudaOps:
         grid = min((total + 255) // 256, 132 * 16)
         self.k.launch(f"silu_mul_{_suffix(gu)}", (grid,), (256,), [(gu.contiguous(), P), (out, P), (ffn, I), (total, L)])
         return out
+
+    def embed(self, E: torch.Tensor, tokens: torch.Tensor, n_a: int) -> torch.Tensor:
+        """float32 rows of the embedding table E ([vocab, d], or [2, vocab, d] per twin)."""
+        if E.dtype != torch.bfloat16 or not E.is_contiguous():
+            return TorchOps().embed(E, tokens, n_a)
+        M, (vocab, d) = tokens.shape[0], E.shape[-2:]
+        x = torch.empty((M, d), dtype=torch.float32, device=E.device)
+        Ea, Eb = (E[0], E[1]) if E.dim() == 3 else (E, E)
+        self.k.launch("embed_bf16", (M,), (256,), [(Ea, P), (Eb, P), (tokens, P), (n_a if E.dim() == 3 else M, I),
+                                                   (vocab, I), (d, I), (x, P)])
+        return x
+
+    def argmax_feed(self, logits: torch.Tensor, feed: torch.Tensor | None) -> torch.Tensor:
+        """int32 argmax of each row (lowest id on ties, NaN first, as torch.argmax); feed: see
+        TorchOps.argmax_feed (one kernel does both)."""
+        if logits.dtype != torch.float32 or not logits.is_contiguous():
+            return TorchOps().argmax_feed(logits, feed)
+        M, V = logits.shape
+        ids = torch.empty(M, dtype=torch.int32, device=logits.device)
+        self.k.launch("argmax_feed", (M,), (1024,), [(logits, P), (V, I), (M, I), (ids, P),
+                                                     (feed if feed is not None else 0, P)])
+        return ids
 
     def stream_read(self, buf: torch.Tensor) -> None:
         n16 = buf.numel() * buf.element_size() // 16

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Where the time between decode passes goes on the GPU: per pass, (1) graph replays back to
-back, (2) replay + the device-to-host copy + a synchronize each, (3) `GpuModel.run_pass`, (4) the
-bench's plain decoding loop; synthetic model, one row per sequence at position 512.
+back, (2) replay + the device-to-host copy + a synchronize each, (3) `GpuModel.run_pass` in a loop
+(each pass fed from the host, waited for), (4) the bench's plain decoding loop (`decode_greedy`:
+each pass fed on the device and queued before the previous one's picks are read); synthetic
+model, one row per sequence from position 512.  Every measurement starts from run_pass's inputs:
+a one-row bucket's graph advances its own positions, so replays must stay within the context.
     python3 scripts/host_gap.py [8b]"""
 
 import sys
@@ -17,7 +20,8 @@ from pti_cli.gpu_model import SeqRows  # noqa: E402
 from pti_cli.gpu_ops import CudaOps, kernel_backend  # noqa: E402
 
 
-def per_pass(fn, n: int = 100) -> float:
+def per_pass(fn, reset, n: int = 50) -> float:
+    reset()
     fn()
     torch.cuda.synchronize()
     t = time.perf_counter()
@@ -39,14 +43,16 @@ def main() -> None:
             seqs = [SeqRows(i, [5], 512, tw[i]) for i in range(S)]
             m.run_pass(seqs)   # capture
             b = m._get_bucket(m._bucket_key(seqs))
-            replay = per_pass(b.graph.replay)
+            def reset():
+                m.run_pass(seqs)
+            replay = per_pass(b.graph.replay, reset)
 
             def copy_sync():
                 b.graph.replay()
-                b.host_out.copy_(b.next_ids, non_blocking=True)
+                b.host_out[0].copy_(b.next_ids, non_blocking=True)
                 torch.cuda.current_stream().synchronize()
-            cs = per_pass(copy_sync)
-            rp = per_pass(lambda: m.run_pass(seqs))
+            cs = per_pass(copy_sync, reset)
+            rp = per_pass(lambda: m.run_pass(seqs), reset)
             n = 64
             torch.cuda.synchronize()
             t = time.perf_counter()

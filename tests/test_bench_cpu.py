@@ -279,7 +279,8 @@ def test_replay_cuts_rows_to_the_cap(tmp_path, monkeypatch):
     monkeypatch.setattr(bench.GpuModel, "run_pass", watched)
     res = bench.bench_synthetic("tiny", [2], ["lookup"], ["a"], device=CPU, prompt_len=10, gen=12,
                                 repeats=0, trace=tr, bw_bytes=16 << 20)
-    assert not res.notes and max(seen[-res.rows[0].passes:]) == 4   # 2 sequences: 4 rows each at most
+    replay = next(r for r in res.rows if r.spec == "lookup")
+    assert not res.notes and max(seen[-replay.passes:]) == 4   # 2 sequences: 4 rows each at most
 
 
 def test_greedy_engine_takes_the_passes_own_picks(default_pti, monkeypatch):

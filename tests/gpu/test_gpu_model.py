@@ -202,6 +202,7 @@ def test_engine_on_gpu_identical_across_spec_and_seqs(dev, backend, ops):
     runs, taus = {}, {}
     for spec, seqs in (("none", 1), ("lookup", 1), ("none", 3), ("lookup", 3)):
         eng = Engine(port, _Tok(), engine_config(max_tokens=60, spec=spec, seqs=seqs))
+        assert eng.run_ahead == (spec == "none")   # plain decoding queues each next pass early
         eng.submit([Request(i, x) for i, x in enumerate(prompts)])
         res = eng.run()
         runs[(spec, seqs)] = [r.token_ids for r in res]
@@ -322,3 +323,58 @@ def test_attention_kernels_match_torch_attention(shape, dev, backend, ops):
         for r in range(S * P):
             assert rel_err(got[r], want[r]) < 4e-3, (S, P, r, rel_err(got[r], want[r]))
 
+
+
+def test_embed_and_argmax_kernels_match_torch(dev, ops):
+    """The pass's first and last kernels against torch: embedding rows per twin (a token out of
+    range gives a NaN row), argmax with ties across the threads' strides, NaN and -inf rows, and
+    the device feed of the next pass (padding rows stay padding)."""
+    rng = np.random.default_rng()
+    ref_ops = TorchOps()
+    for per_twin in (False, True):
+        vocab, d, M, n_a = int(rng.integers(1000, 1100)), 4096, 7, 3
+        E = torch.randn((2, vocab, d) if per_twin else (vocab, d), device=dev).bfloat16()
+        tokens = torch.tensor(rng.integers(0, vocab, M), dtype=torch.int32, device=dev)
+        assert torch.equal(ops.embed(E, tokens, n_a), ref_ops.embed(E, tokens, n_a))
+        tokens[1] = vocab
+        x = ops.embed(E, tokens, n_a)
+        assert torch.isnan(x[1]).all() and not torch.isnan(x[[0, 2]]).any()
+    V, M = 49152 + int(rng.integers(1, 1000)), 9
+    logits = torch.randn(M, V, device=dev)
+    top = logits.max() + 1
+    logits[0, [5000, 6024, 7]] = top             # ties: 7 wins (another thread, an earlier stride)
+    logits[1, [1030, 6]] = top                   # the same thread's stride
+    logits[2, 40000] = float("nan")
+    logits[3] = float("-inf")
+    logits[4, V - 1] = top                       # the tail past the last full stride of four
+    feed = torch.tensor([rng.integers(0, 100, M).tolist(), [5, -1, 7, 8, -1, 3, 2, 9, 11],
+                         list(range(M))], dtype=torch.int32, device=dev)
+    want = torch.argmax(logits, dim=-1).to(torch.int32)
+    assert want[:5].tolist() == [7, 6, 40000, 0, V - 1]
+    fed = feed.clone()
+    assert torch.equal(ops.argmax_feed(logits, fed), want)
+    assert torch.equal(fed[0], want) and torch.equal(fed[2], feed[2])
+    assert fed[1].tolist() == [6, -1, 8, 9, -1, 4, 3, 10, 12]
+    assert torch.equal(ops.argmax_feed(logits, None), want)
+
+
+@pytest.mark.parametrize("twins", ["a", "ab"])
+def test_device_fed_decode_equals_pass_by_pass(dev, backend, ops, twins):
+    """decode_greedy (each pass fed its tokens by the one before, on the device, inside the
+    bucket's CUDA graph) gives the tokens of pass-by-pass decoding fed from the host."""
+    m = gpu_model(SHAPE, dev, backend, ops, twins=twins)
+    rng = np.random.default_rng()
+    seqs = [SeqRows(i, rng.integers(0, SHAPE.vocab, 20 + 7 * i).tolist(), 0, i % 2 if twins == "ab" else 0)
+            for i in range(3)]
+    firsts = m.prefill(seqs)
+    steps = 40
+    ref, cur = [[] for _ in seqs], list(firsts)
+    for k in range(steps):
+        ids = m.run_pass([SeqRows(s.slot, [c], len(s.tokens) + k, s.twin) for s, c in zip(seqs, cur)])
+        cur = [int(r[0]) for r in ids]
+        for o, c in zip(ref, cur):
+            o.append(c)
+    key = m._bucket_key([SeqRows(s.slot, [0], 0, s.twin) for s in seqs])
+    assert m.buckets[key].graph is not None
+    got = m.decode_greedy([SeqRows(s.slot, [f], len(s.tokens), s.twin) for s, f in zip(seqs, firsts)], steps)
+    assert got == ref
