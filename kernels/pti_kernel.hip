@@ -259,74 +259,7 @@ struct PtiArgs {
     void* y[2];
     int M[2];
     int N, K, nb, ldx, ldy, vec_ok;
-    // NORM variants only (pti_norm_rows): x[tw] is then the float32 residual stream's rows
-    const unsigned short* r[2];   // bf16 rows added to it first (null: none)
-    float* xo[2];                 // where the sum goes (CTA 0 writes it)
-    const float* g[2];            // the norm's weights per twin
-    float eps;
 };
-
-// ------------------------------------------------ the fused norm (NORM variants)
-// RMSNorm of a pass's few rows in every CTA, into shared memory as the matmul's bf16
-// activations: h = bf16(v * rsqrt(mean(v^2) + eps) * g), v = x + r.  The arithmetic is
-// kernels/pti_ops.hip's add_rmsnorm, thread for thread (256 threads, NORM_PER values each, the
-// same sums in the same order), so a row's bits are the same whether its norm ran here or there
-// (the host fuses it for passes of <= NORM_ROWS rows per twin and launches add_rmsnorm otherwise).
-#define PTI_NORM_PER 24
-#define PTI_NORM_ROWS 2
-__device__ __forceinline__ void pti_norm_rows(const PtiArgs& a, int NTW, unsigned short* h, int kp, float* red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, d = a.K;
-    for (int tw = 0; tw < NTW; ++tw) {
-        const float* __restrict__ g = tw ? a.g[1] : a.g[0];
-        const int M = tw ? a.M[1] : a.M[0];
-        for (int m = 0; m < M; ++m) {
-            const float* __restrict__ x = (tw ? (const float*)a.x[1] : (const float*)a.x[0]) + (pti_u64)m * d;
-            const unsigned short* r = tw ? a.r[1] : a.r[0];
-            if (r) r += (pti_u64)m * d;
-            float v[PTI_NORM_PER];   // (the weights g are loaded at the end: registers are short here)
-            float ss = 0.f;
-#pragma unroll
-            for (int j = 0; j < PTI_NORM_PER; ++j) {
-                const int i = threadIdx.x + j * 256;
-                v[j] = i < d ? x[i] : 0.f;
-                const float ad = (r && i < d) ? pti_bf16_to_f32(r[i]) : 0.f;
-                v[j] = __fadd_rn(v[j], ad);
-            }
-#pragma unroll
-            for (int j = 0; j < PTI_NORM_PER; ++j) ss = __fmaf_rn(v[j], v[j], ss);
-            if (blockIdx.x == 0) {
-                float* xo = (tw ? a.xo[1] : a.xo[0]) + (pti_u64)m * d;
-#pragma unroll
-                for (int j = 0; j < PTI_NORM_PER; ++j) {
-                    const int i = threadIdx.x + j * 256;
-                    if (i < d) xo[i] = v[j];
-                }
-            }
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            if (lane == 0) red[warp] = ss;
-            __syncthreads();
-            float sum = 0.f;
-            for (int i = 0; i < 8; ++i) sum += red[i];
-            __syncthreads();
-            const float inv = rsqrtf(__fdiv_rn(sum, (float)d) + a.eps);
-            unsigned short* hr = h + (tw * PTI_NORM_ROWS + m) * kp;
-#pragma unroll
-            for (int j = 0; j < PTI_NORM_PER; ++j) {
-                const int i = threadIdx.x + j * 256;
-                if (i < kp) hr[i] = i < d ? pti_f32_to_bf16(__fmul_rn(__fmul_rn(v[j], inv), g[i])) : 0;
-            }
-        }
-    }
-    __syncthreads();
-}
-
-// 16 bytes of shared memory (the NORM variants' activations)
-__device__ __forceinline__ uint4 pti_lds(const uint4* p) {
-    uint4 v;
-    const unsigned addr = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-    return v;
-}
 
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
 // MT tiles of 8 activation rows: two chained MMAs per (row group, tile), then
@@ -422,9 +355,9 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
 // U blocks b0, b0+8, ... of this warp, with checks (the tail: blocks past the
 // end, a partial last block, unaligned activations): issue every load, then
 // compute.
-template <int TIN, int NTW, int RG, int MT, int U, int XS>
+template <int TIN, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int b0, int lane, float* acc,
-                                                 unsigned KM, unsigned KS, const unsigned short* h, int kp) {
+                                                 unsigned KM, unsigned KS) {
     uint4 wv[U][NTW][RG], xv[U][NTW][MT];
     unsigned sv[U][NTW][RG];
 #pragma unroll
@@ -440,16 +373,9 @@ __device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int
                     sv[u][tw][r] = __ldg((tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2));
                 }
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    const int row = mt * 8 + (lane >> 2);
-                    if (XS)   // the fused norm's rows, zero-padded to whole blocks
-                        xv[u][tw][mt] = row < (tw ? a.M[1] : a.M[0])
-                            ? pti_lds((const uint4*)(h + (tw * PTI_NORM_ROWS + row) * kp + b * 32 + 8 * (lane & 3)))
-                            : make_uint4(0, 0, 0, 0);
-                    else
-                        xv[u][tw][mt] = pti_load_x(tw ? a.x[1] : a.x[0], row, tw ? a.M[1] : a.M[0],
-                                                   b * 32 + 8 * (lane & 3), a.K, a.ldx, a.vec_ok);
-                }
+                for (int mt = 0; mt < MT; ++mt)
+                    xv[u][tw][mt] = pti_load_x(tw ? a.x[1] : a.x[0], mt * 8 + (lane >> 2), tw ? a.M[1] : a.M[0],
+                                               b * 32 + 8 * (lane & 3), a.K, a.ldx, a.vec_ok);
             }
         }
     }
@@ -480,7 +406,7 @@ struct PtiStep {
 // the pipelined twin kernel at U = 2 fits 128 registers only with XFIRST, the
 // pipelined one-twin U = 3 and U = 6 fit 80 and 128 only without it (and the
 // twin U = 1 issues its scales earlier without it).
-template <int J, int XS, int NTW, int RG, int MT, int U>
+template <int J, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -488,12 +414,11 @@ __device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, con
         for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
-                st.x[u][tw][mt] = !p.xok[tw][mt] ? make_uint4(0, 0, 0, 0)
-                                  : XS ? pti_lds(p.x[tw][mt] + (J * U + u) * 8 * 4) : __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4);
+                st.x[u][tw][mt] = p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4) : make_uint4(0, 0, 0, 0);
 }
-template <int J, bool XFIRST, int XS, int NTW, int RG, int MT, int U>
+template <int J, bool XFIRST, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_load_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
-    if (XFIRST) pti_load_x_step<J, XS>(st, p);
+    if (XFIRST) pti_load_x_step<J>(st, p);
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -503,7 +428,7 @@ __device__ __forceinline__ void pti_load_step(PtiStep<NTW, RG, MT, U>& st, const
                 st.w[u][tw][r] = pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);
                 st.s[u][tw][r] = __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);
             }
-    if (!XFIRST) pti_load_x_step<J, XS>(st, p);
+    if (!XFIRST) pti_load_x_step<J>(st, p);
 }
 
 // Move the pointers on by STEPS steps.
@@ -535,15 +460,10 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
 // PF = 1: the main loop is software-pipelined (the next step's loads are issued
 // before this step is computed: twice the registers for loads); PF = 0: a step
 // is loaded, then computed, and the warp has nothing in flight while it computes.
-// NORM = 1: the activations are the RMSNorm of <= PTI_NORM_ROWS rows per twin of the residual
-// stream, computed by every CTA into shared memory first (pti_norm_rows; the host launches
-// these variants only for such passes).
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, int NORM>
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     constexpr int S = NTW * RG * MT;
     extern __shared__ __align__(16) unsigned char pti_smem[];
-    unsigned short* h = (unsigned short*)pti_smem;   // NORM: [NTW][PTI_NORM_ROWS][kp] bf16, then the reduction
-    const int kp = a.nb * 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.x;
     pti_pdl_trigger();
@@ -556,7 +476,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
     // Whole steps (all U blocks whole and vector-loadable) run unchecked, with
     // per-lane pointers that advance by one or two steps: loads at constant offsets.
-    const int nfull = NORM ? a.nb : a.vec_ok ? a.K / 32 : 0;   // NORM: zero-padded rows in shared memory
+    const int nfull = a.vec_ok ? a.K / 32 : 0;
     const int nsteps = nfull > warp + 8 * (U - 1) ? (nfull - warp - 8 * (U - 1) + 8 * U - 1) / (8 * U) : 0;
     PtiPtrs<NTW, RG, MT> p;
 #pragma unroll
@@ -571,20 +491,15 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         for (int mt = 0; mt < MT; ++mt) {
             const int row = mt * 8 + (lane >> 2);
             p.xok[tw][mt] = row < (tw ? a.M[1] : a.M[0]);
-            if (NORM)
-                p.x[tw][mt] = (const uint4*)(h + (tw * PTI_NORM_ROWS + (p.xok[tw][mt] ? row : 0)) * kp + warp * 32 +
-                                             8 * (lane & 3));
-            else
-                p.x[tw][mt] = (const uint4*)((tw ? a.x[1] : a.x[0]) + (p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0) +
-                                             warp * 32 + 8 * (lane & 3));
+            p.x[tw][mt] = (const uint4*)((tw ? a.x[1] : a.x[0]) + (p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0) +
+                                         warp * 32 + 8 * (lane & 3));
         }
     }
     pti_pdl_wait();   // activations only after the previous kernel is done (weights could go before: measured no gain)
-    if (NORM) pti_norm_rows(a, NTW, h, kp, (float*)(pti_smem + NTW * PTI_NORM_ROWS * kp * 2));
     if (PF == 0) {
         for (int i = 0; i < nsteps; ++i) {
             PtiStep<NTW, RG, MT, U> A;
-            pti_load_step<0, false, NORM>(A, p);
+            pti_load_step<0, false>(A, p);
             pti_advance<1, U>(p);
             pti_compute_step<TIN>(A, acc, KM, KS);
         }
@@ -594,17 +509,17 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         // has no branches around loads; the last one or two steps are computed after it.
         constexpr bool XF = NTW == 2 && U > 1;   // see pti_load_step
         PtiStep<NTW, RG, MT, U> A, B;
-        if (nsteps > 0) pti_load_step<0, XF, NORM>(A, p);
+        if (nsteps > 0) pti_load_step<0, XF>(A, p);
         int i = 0;
         for (; i + 2 < nsteps; i += 2) {        // A holds step i, at the pointers
-            pti_load_step<1, XF, NORM>(B, p);
+            pti_load_step<1, XF>(B, p);
             pti_compute_step<TIN>(A, acc, KM, KS);
-            pti_load_step<2, XF, NORM>(A, p);
+            pti_load_step<2, XF>(A, p);
             pti_compute_step<TIN>(B, acc, KM, KS);
             pti_advance<2, U>(p);
         }
         if (i + 1 < nsteps) {                   // two steps left
-            pti_load_step<1, XF, NORM>(B, p);
+            pti_load_step<1, XF>(B, p);
             pti_compute_step<TIN>(A, acc, KM, KS);
             pti_compute_step<TIN>(B, acc, KM, KS);
         } else if (i < nsteps) {                // one
@@ -612,9 +527,8 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         }
     }
     for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
-        pti_step_guarded<TIN, NTW, RG, MT, U, NORM>(a, unit, b0, lane, acc, KM, KS, h, kp);
-    pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc,
-                                       (float*)(pti_smem + (NORM ? NTW * PTI_NORM_ROWS * kp * 2 : 0)));
+        pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, KM, KS);
+    pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 
 #define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB)                                       \
@@ -623,21 +537,8 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok, {0, 0}, {0, 0}, {0, 0}, 0.f};           \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, 0>(a);                                        \
-    }
-// The NORM variants ("_n" after the tag): xa, xb are float32 residual rows; ra, rb bf16 rows
-// added to them (or null); xoa, xob where the sums go; ga, gb the norm weights.
-#define PTI_TCN(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB)                                      \
-    extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
-        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
-        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok,                            \
-        const unsigned short* ra, const unsigned short* rb, float* xoa, float* xob,            \
-        const float* ga, const float* gb, float eps) {                                         \
-        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok, {ra, rb}, {xoa, xob}, {ga, gb}, eps};   \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, 1>(a);                                        \
+                           N, K, nb, ldx, ldy, vec_ok};                                        \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF>(a);                                           \
     }
 
 // Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}[_p1].  The host
@@ -668,17 +569,6 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p1, TIN, TOUT, 1, 1, 1, 4, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3)
-
-// The fused-norm variants: the policy's variants for <= 8 rows (the host uses them for
-// <= PTI_NORM_ROWS rows per twin), bf16 activations.
-#define PTI_TCN_ALL(TAG, TOUT)                                          \
-    PTI_TCN(pti_mm_##TAG##_n_t1_r1_m1_u4, 0, TOUT, 1, 1, 1, 4, 0, 3)    \
-    PTI_TCN(pti_mm_##TAG##_n_t1_r1_m1_u4_p1, 0, TOUT, 1, 1, 1, 4, 1, 2) \
-    PTI_TCN(pti_mm_##TAG##_n_t2_r1_m1_u2, 0, TOUT, 2, 1, 1, 2, 0, 3)    \
-    PTI_TCN(pti_mm_##TAG##_n_t2_r1_m1_u2_p1, 0, TOUT, 2, 1, 1, 2, 1, 2)
-PTI_TCN_ALL(bf16_out, 1)
-PTI_TCN_ALL(bf16_f32, 0)
-PTI_TCN_ALL(bf16_glu, 2)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

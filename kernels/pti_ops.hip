@@ -71,23 +71,21 @@ __device__ float block_sum(float v, float* red) {
     return s;
 }
 
-// xo[m] = x[m] + r[m] (x[m] without r); h[m] = bf16(xo[m] * rsqrt(mean(xo^2) + eps) * w), w = wa
-// for the first n_a rows (twin A), wb for the rest.  xo may be x.  grid: rows, NORM_THREADS
-// threads; each thread keeps its <= NORM_PER values in registers, so every load is in flight at
-// once (d <= NORM_THREADS * NORM_PER).  The matmul kernels' fused norm (kernels/pti_kernel.hip,
-// pti_norm_rows) does this same arithmetic, thread for thread, so both give the same bits.
-#define NORM_THREADS 256
-#define NORM_PER 24
+// x[m] += r[m] (when r); h[m] = bf16(x[m] * rsqrt(mean(x^2) + eps) * w), w = wa for the first n_a
+// rows (twin A), wb for the rest.  grid: rows,
+// NORM_THREADS threads; each thread keeps its <= NORM_PER values in registers, so
+// every load is in flight at once (d <= NORM_THREADS * NORM_PER).
+#define NORM_THREADS 1024
+#define NORM_PER 6
 template <typename T>
-__device__ void add_rmsnorm(const float* x, const T* __restrict__ r, const float* __restrict__ wa,
-                            const float* __restrict__ wb, int n_a, bf16_t* __restrict__ h, int d, float eps,
-                            float* xo) {
+__device__ void add_rmsnorm(float* __restrict__ x, const T* __restrict__ r, const float* __restrict__ wa,
+                            const float* __restrict__ wb, int n_a, bf16_t* __restrict__ h, int d, float eps) {
     PDL_ENTRY();
     __shared__ float red[32];
     const float* __restrict__ w = (int)blockIdx.x < n_a ? wa : wb;   // rows of twin A come first
     long base = (long)blockIdx.x * d;
     float v[NORM_PER], a[NORM_PER], g[NORM_PER];
-    // every load first, then the math (xo may be x: each element is read, then written, by one thread)
+    // every load first (restrict: the stores to x below cannot alias them), then the math
 #pragma unroll
     for (int j = 0; j < NORM_PER; j++) {
         int i = threadIdx.x + j * NORM_THREADS;
@@ -97,22 +95,19 @@ __device__ void add_rmsnorm(const float* x, const T* __restrict__ r, const float
     }
     float ss = 0.f;
 #pragma unroll
-    for (int j = 0; j < NORM_PER; j++) {
-        v[j] = __fadd_rn(v[j], a[j]);
-        ss = __fmaf_rn(v[j], v[j], ss);
-    }
-    if (r || xo != x) {
+    for (int j = 0; j < NORM_PER; j++) { v[j] += a[j]; ss += v[j] * v[j]; }
+    if (r) {
 #pragma unroll
         for (int j = 0; j < NORM_PER; j++) {
             int i = threadIdx.x + j * NORM_THREADS;
-            if (i < d) xo[base + i] = v[j];
+            if (i < d) x[base + i] = v[j];
         }
     }
-    float inv = rsqrtf(__fdiv_rn(block_sum(ss, red), (float)d) + eps);
+    float inv = rsqrtf(block_sum(ss, red) / (float)d + eps);
 #pragma unroll
     for (int j = 0; j < NORM_PER; j++) {
         int i = threadIdx.x + j * NORM_THREADS;
-        if (i < d) h[base + i] = f2bf(__fmul_rn(__fmul_rn(v[j], inv), g[j]));
+        if (i < d) h[base + i] = f2bf(v[j] * inv * g[j]);
     }
 }
 
@@ -163,9 +158,8 @@ __device__ void silu_mul(const T* gu, bf16_t* out, int F, long total) {
 }
 
 #define INSTANTIATE(T, SUF)                                                                              \
-extern "C" __global__ void __launch_bounds__(NORM_THREADS) add_rmsnorm_##SUF(const float* x, const T* r,    \
-        const float* wa, const float* wb, int n_a, bf16_t* h, int d, float eps, float* xo) {               \
-    add_rmsnorm<T>(x, r, wa, wb, n_a, h, d, eps, xo); }                                                     \
+extern "C" __global__ void add_rmsnorm_##SUF(float* x, const T* r, const float* wa, const float* wb,      \
+        int n_a, bf16_t* h, int d, float eps) { add_rmsnorm<T>(x, r, wa, wb, n_a, h, d, eps); }            \
 extern "C" __global__ void rope_kv_##SUF(const T* qkv, const int* pos, const int* slot, const float* c,    \
         const float* s, bf16_t* q, bf16_t* kc, bf16_t* vc, int H, int Hk, int hd, int ctx1, int neox) {   \
     rope_kv<T>(qkv, pos, slot, c, s, q, kc, vc, H, Hk, hd, ctx1, neox); }                                 \

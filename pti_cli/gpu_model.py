@@ -102,26 +102,6 @@ class KernelLinear:
         self.backend.matmul_twins(x[:n_a], x[n_a:], self.w, self.out_dtype, outs=(y[:n_a], y[n_a:]))
         return y
 
-    def normed(self, x: torch.Tensor, r: torch.Tensor | None, xo: torch.Tensor, g: torch.Tensor, eps: float,
-               n_a: int) -> torch.Tensor | None:
-        """The matmul of bf16(RMSNorm(x + r) * g), the norm inside the launch (xo = x + r), or None
-        where the backend cannot fuse it (the caller then runs the norm on its own: same bits)."""
-        M = x.shape[0]
-        parts = [(self.twin, 0, M)] if self.n_twins == 1 else [(0, 0, n_a), (1, n_a, M)]
-        parts = [p for p in parts if p[2] > p[1]]
-        norm_ok = getattr(self.backend, "norm_ok", None)
-        if (r is not None and r.dtype != torch.bfloat16) or norm_ok is None or \
-                not all(norm_ok(self.w, hi - lo) for _, lo, hi in parts):
-            return None
-        n_out = self.w.rows // 2 if self.glu else self.w.rows
-        y = torch.empty((M, n_out), dtype=self.out_dtype or torch.bfloat16, device=x.device)
-        gt = [g if g.dim() == 1 else g[tw] for tw, _, _ in parts]
-        self.backend.matmul_normed([tw for tw, _, _ in parts], [x[lo:hi] for _, lo, hi in parts],
-                                   [None if r is None else r[lo:hi] for _, lo, hi in parts],
-                                   [xo[lo:hi] for _, lo, hi in parts], gt, eps, self.w,
-                                   [y[lo:hi] for _, lo, hi in parts])
-        return y
-
 
 def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, backend: Any = None,
                 out_f32: bool = False, glu: bool = False):
@@ -177,12 +157,8 @@ class TorchOps:
     name = "torch"
 
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype,
-                 n_a: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-        """bf16(RMSNorm(x + r) * w); x + r goes to `out` (default: x itself).  w: [d], or [2, d]
-        per twin (the first n_a rows are twin A's)."""
-        if out is not None and out is not x:
-            out.copy_(x)
-            x = out
+                 n_a: int | None = None) -> torch.Tensor:
+        """w: [d], or [2, d] per twin (the first n_a rows are twin A's)."""
         if r is not None:
             x += r.float()
         if w.dim() == 2:
@@ -221,12 +197,6 @@ class TorchOps:
     def silu_mul(self, gu: torch.Tensor, ffn: int) -> torch.Tensor:
         g, u = gu[:, :ffn].float(), gu[:, ffn:].float()
         return (torch.nn.functional.silu(g) * u).to(gu.dtype)
-
-    def norm_matmul(self, lin: Any, x: torch.Tensor, r: torch.Tensor | None, xo: torch.Tensor, w: torch.Tensor,
-                    eps: float, dtype, n_a: int) -> torch.Tensor:
-        """lin(bf16(RMSNorm(x + r) * w)), x + r into xo: the norm before every matrix that reads the
-        residual stream."""
-        return lin(self.add_norm(x, r, w, eps, dtype, n_a, out=xo), n_a)
 
     def embed(self, E: torch.Tensor, tokens: torch.Tensor, n_a: int) -> torch.Tensor:
         """float32 rows of the embedding table E ([vocab, d], or [2, vocab, d] per twin)."""
@@ -339,20 +309,16 @@ class GpuModel:
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, S: int, P: int, n_a_rows: int):
         sh, ops, n_a = self.shape, self.ops, n_a_rows
         x = ops.embed(self.w.embed, tokens, n_a)
-        xo = torch.empty_like(x)   # the residual stream goes back and forth between x and xo
-
-        def norm_matmul(lin, r, w):   # lin(norm(x + r) * w); x + r becomes the residual stream
-            nonlocal x, xo
-            y = ops.norm_matmul(lin, x, r, xo, w, sh.eps, self.act_dtype, n_a)
-            x, xo = xo, x
-            return y
         r = None
         for i, lw in enumerate(self.w.layers):
-            q = ops.rope_kv(self, norm_matmul(lw.wqkv, r, lw.attn_norm), pos, slot, i)
+            h = ops.add_norm(x, r, lw.attn_norm, sh.eps, self.act_dtype, n_a)
+            q = ops.rope_kv(self, lw.wqkv(h, n_a), pos, slot, i)
             a = ops.attention(self, q, pos, slot, i, S, P)
-            gu = norm_matmul(lw.wgu, lw.wo(a, n_a), lw.ffn_norm)
+            h = ops.add_norm(x, lw.wo(a, n_a), lw.ffn_norm, sh.eps, self.act_dtype, n_a)
+            gu = lw.wgu(h, n_a)
             r = lw.wdown(gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), n_a)
-        return norm_matmul(self.w.output, r, self.w.out_norm)
+        h = ops.add_norm(x, r, self.w.out_norm, sh.eps, self.act_dtype, n_a)
+        return self.w.output(h, n_a)
 
     # -- host side of one pass
     def _bucket_key(self, seqs: Sequence[SeqRows]) -> tuple[int, int, int]:

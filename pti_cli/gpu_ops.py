@@ -83,36 +83,22 @@ class CudaOps:
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines
         self.fused_rope = True        # RoPE and the KV write inside that launch (implies fused_attention)
-        self.fused_norm = True        # the RMSNorm inside the next matmul's launch, for a few rows
         self.counters = torch.zeros(1 << 16, dtype=torch.int32, device=device)
         self._old: list[torch.Tensor] = []   # outgrown counters: captured graphs may still use them
 
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype,
-                 n_a: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-        """bf16(RMSNorm(x + r) * w); x + r goes to `out` (default: x itself).  w: [d], or [2, d]
-        per twin (the first n_a rows are twin A's)."""
+                 n_a: int | None = None) -> torch.Tensor:
+        """w: [d], or [2, d] per twin (the first n_a rows are twin A's)."""
         M, d = x.shape
         if d > 256 * 24:
             raise PtiError(f"the norm kernel takes rows of at most 6144 elements, not {d}")
         h = torch.empty((M, d), dtype=torch.bfloat16, device=x.device)
         suf = _suffix(r) if r is not None else "bf16"
         wa, wb = (w[0], w[1]) if w.dim() == 2 else (w, w)
-        self.k.launch(f"add_rmsnorm_{suf}", (M,), (256,),
+        self.k.launch(f"add_rmsnorm_{suf}", (M,), (1024,),
                       [(x, P), (r.contiguous() if r is not None else 0, P), (wa, P), (wb, P),
-                       (M if n_a is None or w.dim() == 1 else n_a, I), (h, P), (d, I), (eps, F),
-                       (out if out is not None else x, P)])
+                       (M if n_a is None or w.dim() == 1 else n_a, I), (h, P), (d, I), (eps, F)])
         return h
-
-    def norm_matmul(self, lin: Any, x: torch.Tensor, r: torch.Tensor | None, xo: torch.Tensor, w: torch.Tensor,
-                    eps: float, dtype, n_a: int) -> torch.Tensor:
-        """lin(bf16(RMSNorm(x + r) * w)), x + r into xo: inside the matmul's launch where the
-        kernels backend can (a pass of <= 2 rows per twin), else add_rmsnorm first; same bits."""
-        normed = getattr(lin, "normed", None)
-        if self.fused_norm and normed is not None and dtype == torch.bfloat16:
-            y = normed(x, r, xo, w, eps, n_a)
-            if y is not None:
-                return y
-        return lin(self.add_norm(x, r, w, eps, dtype, n_a, out=xo), n_a)
 
     def rope_kv(self, m, qkv: torch.Tensor, pos, slot, layer: int) -> torch.Tensor:
         if self.fused_rope:   # done inside the attention launch, straight from qkv

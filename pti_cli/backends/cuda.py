@@ -46,12 +46,6 @@ WIDE_ROW_GROUPS_PER_SM = 2.5
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u4", "t1_r1_m2_u3")
 TWIN_KERNEL_MAX_ROWS = 8
-# The fused-norm variants ("_n": each CTA first computes the RMSNorm of the residual stream's rows
-# into shared memory, kernels/pti_kernel.hip pti_norm_rows): the policy's variants for a few rows,
-# used for at most NORM_ROWS rows per twin and rows of at most NORM_MAX_COLS elements.
-NORM_VARIANTS = ("t1_r1_m1_u4", "t1_r1_m1_u4_p1", "t2_r1_m1_u2", "t2_r1_m1_u2_p1")
-NORM_ROWS = 2
-NORM_MAX_COLS = 256 * 24
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
@@ -94,13 +88,6 @@ def split_variant(name: str) -> dict[str, int]:
 
 
 SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
-NORM_SMEM_MAX = SMEM_BYTES + 2 * NORM_ROWS * NORM_MAX_COLS * 2   # + the normed rows (bf16), two twins
-
-
-def norm_smem(twins: int, cols: int) -> int:
-    """Dynamic shared memory of a fused-norm launch: its bf16 rows (zero-padded to whole blocks)
-    and the reduction."""
-    return twins * NORM_ROWS * (-(-cols // 32) * 32) * 2 + SMEM_BYTES
 
 
 class KernelBackend(Backend):
@@ -190,42 +177,6 @@ class KernelBackend(Backend):
         self._run([w.packs[w.plane[0]], w.packs[w.plane[1]]], [xa, xb], [ya, yb], w.glu)
         return ya, yb
 
-    def norm_ok(self, w: KernelMatrix, rows_per_twin: int) -> bool:
-        """Whether matmul_normed takes this matrix for a pass of `rows_per_twin` rows per twin."""
-        return (self.kind == "cuda" and not self.generic and self.act_dtype == torch.bfloat16
-                and rows_per_twin <= NORM_ROWS and w.cols <= NORM_MAX_COLS)
-
-    def matmul_normed(self, twins: list[int], x: list[torch.Tensor], r: list[torch.Tensor | None],
-                      xo: list[torch.Tensor], g: list[torch.Tensor], eps: float, w: KernelMatrix,
-                      ys: list[torch.Tensor]) -> None:
-        """ys[i] = bf16(RMSNorm(x[i] + r[i]) * g[i]) @ W_twins[i]^T, and xo[i] = x[i] + r[i] (float32
-        residual rows; r[i] bf16 or None), for one twin or both in one read of the weights: the
-        norm is computed inside the matmul launch (kernels/pti_kernel.hip pti_norm_rows), with the
-        bits of the ops' add_rmsnorm.  At most NORM_ROWS rows per twin (norm_ok)."""
-        for i, xi in enumerate(x):
-            rows = xi.shape[0]
-            bad = (xi.dim() != 2 or xi.shape[1] != w.cols or xi.dtype != torch.float32 or not xi.is_contiguous()
-                   or xo[i].shape != xi.shape or xo[i].dtype != torch.float32 or not xo[i].is_contiguous()
-                   or (r[i] is not None and (r[i].shape != xi.shape or r[i].dtype != torch.bfloat16
-                                             or not r[i].is_contiguous()))
-                   or g[i].shape != (w.cols,) or g[i].dtype != torch.float32 or not g[i].is_contiguous()
-                   or ys[i].shape[0] != rows or not ys[i].is_contiguous())
-            if bad or not self.norm_ok(w, rows) or rows == 0:
-                raise PtiError(f"matmul_normed: rows {tuple(xi.shape)} {xi.dtype} do not fit a {w.rows}x{w.cols} "
-                               f"matrix's fused norm")
-        packs = [w.packs[w.plane[t]] for t in twins]
-        name = self.kernel_name(len(packs), max(xi.shape[0] for xi in x), torch.bfloat16, ys[0].dtype,
-                                rows=packs[0].rows, glu=w.glu).replace(f"_t{len(packs)}_", f"_n_t{len(packs)}_", 1)
-        grid, vals, types = self.launch_args(name.replace("_n_", "_", 1), packs, x, ys)
-
-        def ptr(t):
-            return t.data_ptr() if t is not None else 0
-        two = len(x) > 1
-        vals = vals + (ptr(r[0]), ptr(r[1]) if two else 0, ptr(xo[0]), ptr(xo[1]) if two else 0,
-                       ptr(g[0]), ptr(g[1]) if two else 0, float(eps))
-        types = types + (ctypes.c_void_p,) * 6 + (ctypes.c_float,)
-        self._launch_raw(name, grid, vals, types, norm_smem(len(packs), w.cols))
-
     def _out(self, x: torch.Tensor, w: KernelMatrix, out_dtype, out: torch.Tensor | None = None) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != w.cols:
             raise PtiError(f"matmul: activations {tuple(x.shape)} do not match a {w.rows}x{w.cols} matrix")
@@ -287,9 +238,6 @@ class KernelBackend(Backend):
     def launch(self, packs, xs, ys, name: str) -> None:
         raise NotImplementedError
 
-    def _launch_raw(self, name: str, grid: int, vals: tuple, types: tuple, smem: int) -> None:
-        raise NotImplementedError
-
 
 def launch_kernel(driver, f, grid: tuple, block: tuple, smem: int, stream: int, args, pdl: bool, what: str) -> None:
     """cuLaunchKernelEx on `stream`; with pdl, programmatic stream serialisation: the kernel may
@@ -345,12 +293,8 @@ class CudaBackend(KernelBackend):
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
                           for v in all_variants()]
                 names += [f"pti_mm_bf16_glu_{v}" for v in all_variants()]
-                names += [f"pti_mm_bf16_{o}_n_{v}" for o in ("f32", "out", "glu") for v in NORM_VARIANTS]
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
-                if "_n_" in n:   # the fused norm's rows: more than the default 48 KB for wide rows
-                    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                    _cu(driver.cuFuncSetAttribute(f, attr, NORM_SMEM_MAX), f"shared memory of {n}")
                 if n.startswith("pti_mm_"):
                     self.smem[n] = SMEM_BYTES
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
@@ -364,11 +308,6 @@ class CudaBackend(KernelBackend):
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
         launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
                       (vals, types), self.pdl, f"launch {name}")
-
-    def _launch_raw(self, name: str, grid: int, vals: tuple, types: tuple, smem: int) -> None:
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), smem, stream, (vals, types), self.pdl,
-                      f"launch {name}")
 
     def stream_read(self, buf: torch.Tensor, blocks: int) -> torch.Tensor:
         """Launch the streaming-read kernel over `buf` (the benchmark's denominator)."""
