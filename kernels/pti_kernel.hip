@@ -259,7 +259,28 @@ struct PtiArgs {
     void* y[2];
     int M[2];
     int N, K, nb, ldx, ldy, vec_ok;
+    // The RMSNorm split around the matmuls (pti_cli/gpu_model.py, forward).  A matrix that reads
+    // the residual stream takes u = bf16(x * g) and scales its sums by each row's
+    // inv = rsqrt(sum(pin row) / K + eps) (pin: the row's partial sums of x^2, ng of them; null:
+    // no scaling).  A matrix that writes the residual stream (po not null) adds bf16(its sums) into
+    // the float32 rows y (= x) and writes the next norm's u = bf16(x * g) and the partial sums of
+    // x^2 over each group of 16 columns, po[row][column / 16].
+    const float* pin[2];
+    int ng;
+    float eps;
+    unsigned short* uo[2];
+    float* po[2];
+    const float* g[2];
 };
+
+// inv of one row from its ng partial sums: lane l adds partials l, l + 32, ... in order, then the
+// xor tree.  Every scaled matmul computes it this way, so a row's bits never depend on the kernel.
+__device__ __forceinline__ float pti_row_inv(const float* __restrict__ p, int ng, int K, float eps, int lane) {
+    float s = 0.f;
+    for (int j = lane; j < ng; j += 32) s = __fadd_rn(s, p[j]);
+    for (int o = 16; o > 0; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
+    return rsqrtf(__fdiv_rn(s, (float)K) + eps);
+}
 
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
 // MT tiles of 8 activation rows: two chained MMAs per (row group, tile), then
@@ -305,11 +326,24 @@ __device__ __forceinline__ unsigned short pti_glu(float g, float u) {
 }
 
 // Sum the 8 warps' partial sums in warp order (4 slots at a time) and write
-// the CTA's outputs.
+// the CTA's outputs (scaled by the rows' inv, or added into the residual stream: PtiArgs).
+// Shared memory: red (16 KB), then inv per (twin, row) (512 B), then the residual's new
+// values per (slot, row, column) (S * 512 B), whose squares make the partial sums.
 template <int TIN, int TOUT, int NTW, int RG, int MT>
 __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp, int lane, const float* acc,
                                            float* red) {
     constexpr int S = NTW * RG * MT;
+    float* inv_s = red + 4096;
+    float* res_s = inv_s + 128;
+    const bool scaled = a.pin[0] != nullptr, residual = a.po[0] != nullptr;
+    if (scaled) {   // read before the first barrier below, used after it
+        const int rows = a.M[0] + (NTW > 1 ? a.M[1] : 0);
+        for (int rr = warp; rr < rows; rr += 8) {
+            const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
+            const float v = pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
+            if (lane == 0) inv_s[tw * 64 + m] = v;
+        }
+    }
 #pragma unroll
     for (int s0 = 0; s0 < S; s0 += 4) {
 #pragma unroll
@@ -329,8 +363,14 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
                 const int mt = slot % MT, r = (slot / MT) % RG, tw = slot / (MT * RG);
                 const int f = (unit * RG + r) * 8 + (l >> 2);
                 const int m = mt * 8 + 2 * (l & 3) + c;
-                if (2 * f < a.N && m < (tw ? a.M[1] : a.M[0]))
+                if (2 * f < a.N && m < (tw ? a.M[1] : a.M[0])) {
+                    if (scaled) {
+                        const float iv = inv_s[tw * 64 + m];
+                        g = __fmul_rn(g, iv);
+                        u = __fmul_rn(u, iv);
+                    }
                     ((unsigned short*)(tw ? a.y[1] : a.y[0]))[(pti_u64)m * a.ldy + f] = pti_glu(g, u);
+                }
             }
             __syncthreads();
             continue;
@@ -342,14 +382,41 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
             for (int w = 1; w < 8; ++w) v += red[w * 512 + idx];
             const int slot = s0 + sl;
             const int mt = slot % MT, r = (slot / MT) % RG, tw = slot / (MT * RG);
-            const int n = (unit * RG + r) * 16 + (l >> 2) + (c >= 2 ? 8 : 0);
+            const int col = (l >> 2) + (c >= 2 ? 8 : 0);
+            const int n = (unit * RG + r) * 16 + col;
             const int m = mt * 8 + 2 * (l & 3) + (c & 1);
             // tw is a run-time value here: select, don't index (an indexed struct goes to local memory)
-            if (n < a.N && m < (tw ? a.M[1] : a.M[0]))
+            const bool row_ok = m < (tw ? a.M[1] : a.M[0]);
+            if (residual) {   // x += bf16(v); u = bf16(x * g); the new x kept for the partial sums
+                float nx = 0.f;
+                if (n < a.N && row_ok) {
+                    float* xp = (float*)(tw ? a.y[1] : a.y[0]) + (pti_u64)m * a.ldy + n;
+                    nx = __fadd_rn(*xp, pti_bf16_to_f32(pti_f32_to_bf16(v)));
+                    *xp = nx;
+                    (tw ? a.uo[1] : a.uo[0])[(pti_u64)m * a.ldy + n] =
+                        pti_f32_to_bf16(__fmul_rn(nx, (tw ? a.g[1] : a.g[0])[n]));
+                }
+                res_s[(slot * 8 + (m - mt * 8)) * 16 + col] = nx;
+            } else if (n < a.N && row_ok) {
+                if (scaled) v = __fmul_rn(v, inv_s[tw * 64 + m]);
                 pti_store<TIN, TOUT>(tw ? a.y[1] : a.y[0], (pti_u64)m * a.ldy + n, v);
+            }
         }
         __syncthreads();
     }
+    if (residual)   // the partial sums of x^2: one per (row, group of 16 columns), columns in order
+        for (int t = threadIdx.x; t < S * 8; t += 256) {
+            const int slot = t >> 3, ml = t & 7;
+            const int mt = slot % MT, r = (slot / MT) % RG, tw = slot / (MT * RG);
+            const int m = mt * 8 + ml;
+            if (m < (tw ? a.M[1] : a.M[0]) && (unit * RG + r) < a.ng) {
+                const float* e = res_s + (slot * 8 + ml) * 16;
+                float p = 0.f;
+#pragma unroll
+                for (int i = 0; i < 16; ++i) p = __fmaf_rn(e[i], e[i], p);
+                (tw ? a.po[1] : a.po[0])[(pti_u64)m * a.ng + unit * RG + r] = p;
+            }
+        }
 }
 
 // U blocks b0, b0+8, ... of this warp, with checks (the tail: blocks past the
@@ -535,15 +602,18 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok) {                          \
+        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok,                            \
+        const float* pina, const float* pinb, int ng, float eps, unsigned short* uoa,          \
+        unsigned short* uob, float* poa, float* pob, const float* ga, const float* gb) {       \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok};                                        \
+                           N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {uoa, uob},      \
+                           {poa, pob}, {ga, gb}};                                              \
         pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF>(a);                                           \
     }
 
 // Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}[_p1].  The host
-// (pti_cli/backends/cuda.py) picks one per call from M and the matrix's rows; 16 KB of dynamic
-// shared memory (the reduction).  The last number is MINB, the CTAs per SM that
+// (pti_cli/backends/cuda.py) picks one per call from M and the matrix's rows; 24.5 KB of dynamic
+// shared memory (pti_finish: the reduction, the rows' inv, the residual's new values).  The last number is MINB, the CTAs per SM that
 // __launch_bounds__ asks registers for (3: <= 80 registers, 2: <= 128, 1: <= 255).
 // "_p1": the software-pipelined main loop (PF = 1), at the MINB given here (one
 // MINB per name).

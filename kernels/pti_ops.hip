@@ -587,6 +587,27 @@ extern "C" __global__ void __launch_bounds__(256) embed_bf16(const bf16_t* __res
         x[(long)m * d + i] = ok ? bf2f(e[i]) : __int_as_float(0x7fc00000);
 }
 
+// The first layer's norm input, as a residual-writing matmul leaves it for the next
+// (kernels/pti_kernel.hip, PtiArgs): u[m] = bf16(x[m] * g) (ga for the first n_a rows, gb
+// after) and p[m][j] = the sum of x^2 over columns 16j..16j+15, in column order.  x: the
+// float32 rows embed_bf16 wrote.  grid: rows, 256 threads, a thread per group of 16 columns.
+extern "C" __global__ void __launch_bounds__(256) norm_parts(const float* __restrict__ x,
+        const float* __restrict__ ga, const float* __restrict__ gb, int n_a, int d, bf16_t* __restrict__ u,
+        float* __restrict__ p) {
+    PDL_ENTRY();
+    int m = blockIdx.x, ng = (d + 15) / 16;
+    const float* __restrict__ g = m < n_a ? ga : gb;
+    for (int j = threadIdx.x; j < ng; j += blockDim.x) {
+        float s = 0.f;
+        for (int i = 16 * j; i < 16 * j + 16 && i < d; i++) {
+            float v = x[(long)m * d + i];
+            u[(long)m * d + i] = f2bf(__fmul_rn(v, g[i]));
+            s = __fmaf_rn(v, v, s);
+        }
+        p[(long)m * ng + j] = s;
+    }
+}
+
 // a beats b: NaN above everything, then the larger value, then the lower index (torch.argmax)
 __device__ __forceinline__ bool argmax_beats(float a, int ia, float b, int ib) {
     bool na = a != a, nb = b != b;

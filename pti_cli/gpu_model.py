@@ -102,6 +102,83 @@ class KernelLinear:
         self.backend.matmul_twins(x[:n_a], x[n_a:], self.w, self.out_dtype, outs=(y[:n_a], y[n_a:]))
         return y
 
+    def _parts(self, M: int, n_a: int) -> list[tuple[int, int, int]]:
+        """(twin, first row, end row) of each twin with rows: the rows a launch takes per twin."""
+        parts = [(self.twin, 0, M)] if self.n_twins == 1 else [(0, 0, n_a), (1, n_a, M)]
+        return [p for p in parts if p[2] > p[1]]
+
+    def scaled(self, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int) -> torch.Tensor | None:
+        """inv(p) * (u @ W^T), the scale inside the kernel's epilogue (see `scaled` below); None where
+        the backend has no epilogues."""
+        from .backends.cuda import Epilogue
+        if not getattr(self.backend, "epilogue_ok", lambda: False)():
+            return None
+        M = u.shape[0]
+        n_out = self.w.rows // 2 if self.glu else self.w.rows
+        y = torch.empty((M, n_out), dtype=self.out_dtype or u.dtype, device=u.device)
+        parts = self._parts(M, n_a)
+        self.backend.matmul_epi([t for t, _, _ in parts], [u[lo:hi] for _, lo, hi in parts], self.w,
+                                [y[lo:hi] for _, lo, hi in parts],
+                                Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts]))
+        return y
+
+    def residual(self, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int):
+        """x += bf16(a @ W^T) in place; returns the next norm's (u, p) (see `residual` below), from
+        the kernel's epilogue; None where the backend has no epilogues."""
+        from .backends.cuda import Epilogue
+        if not getattr(self.backend, "epilogue_ok", lambda: False)() or self.glu or self.out_dtype is not None:
+            return None
+        M, d = x.shape
+        ng = -(-d // 16)
+        u = torch.empty((M, d), dtype=a.dtype, device=a.device)
+        p = torch.empty((M, ng), dtype=torch.float32, device=a.device)
+        parts = self._parts(M, n_a)
+        self.backend.matmul_epi([t for t, _, _ in parts], [a[lo:hi] for _, lo, hi in parts], self.w,
+                                [x[lo:hi] for _, lo, hi in parts],
+                                Epilogue(ng, 0.0, uo=[u[lo:hi] for _, lo, hi in parts],
+                                         po=[p[lo:hi] for _, lo, hi in parts],
+                                         g=[g if g.dim() == 1 else g[t] for t, _, _ in parts]))
+        return u, p
+
+
+# ---------------------------------------------------------------- the RMSNorm, split around the matmuls
+#
+# h = bf16(x * rsqrt(mean(x^2) + eps) * g) @ W^T is computed as inv * (u @ W^T) with u = bf16(x * g)
+# and inv from partial sums of x^2 over groups of 16 columns (p).  The matmul that writes the
+# residual stream x produces u and p in its epilogue, the matmul that reads it applies inv in
+# its own: no norm launch between them (kernels/pti_kernel.hip, PtiArgs).  The torch versions
+# below give the same values in another rounding order (the CPU path and other backends).
+
+def norm_parts(x: torch.Tensor, g: torch.Tensor, n_a: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(u, p): u = x * g in `dtype` (g [d], or [2, d] per twin: the first n_a rows are twin A's),
+    p[m][j] = sum of x[m][16j:16j+16]^2."""
+    if g.dim() == 2:
+        g = torch.cat([g[0].expand(n_a, -1), g[1].expand(x.shape[0] - n_a, -1)])
+    M, d = x.shape
+    sq = torch.nn.functional.pad(x * x, (0, -d % 16))
+    return (x * g).to(dtype), sq.view(M, -1, 16).sum(-1)
+
+
+def scaled(lin: Any, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int) -> torch.Tensor:
+    """lin(bf16(RMSNorm(x) * g)) from the norm's parts: inv * (u @ W^T), inv = rsqrt(sum(p) / d + eps)."""
+    y = lin.scaled(u, p, eps, n_a) if hasattr(lin, "scaled") else None
+    if y is None:
+        if getattr(lin, "glu", False):   # silu(gate) * up comes out of the matmul: too late to scale
+            raise PtiError("a fused gate/up matrix needs the kernels' norm epilogue")
+        inv = torch.rsqrt(p.sum(-1, keepdim=True) / u.shape[1] + eps)
+        y = lin(u, n_a)
+        y = (y.float() * inv).to(y.dtype)
+    return y
+
+
+def residual(lin: Any, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype):
+    """x += lin(a) (rounded to the activations' dtype); returns the next norm's (u, p) for weights g."""
+    res = lin.residual(a, x, g, n_a) if hasattr(lin, "residual") else None
+    if res is None:
+        x += lin(a, n_a).to(dtype).float()
+        res = norm_parts(x, g, n_a, dtype)
+    return res
+
 
 def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, backend: Any = None,
                 out_f32: bool = False, glu: bool = False):
@@ -156,17 +233,6 @@ class TorchOps:
 
     name = "torch"
 
-    def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, eps: float, dtype,
-                 n_a: int | None = None) -> torch.Tensor:
-        """w: [d], or [2, d] per twin (the first n_a rows are twin A's)."""
-        if r is not None:
-            x += r.float()
-        if w.dim() == 2:
-            n_a = x.shape[0] if n_a is None else n_a
-            w = torch.cat([w[0].expand(n_a, -1), w[1].expand(x.shape[0] - n_a, -1)])
-        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-        return h.to(dtype)
-
     def rope_kv(self, m: "GpuModel", qkv: torch.Tensor, pos, slot, layer: int) -> torch.Tensor:
         sh, M = m.shape, qkv.shape[0]
         hd, H, Hk = sh.head_dim, sh.n_heads, sh.n_kv_heads
@@ -197,6 +263,9 @@ class TorchOps:
     def silu_mul(self, gu: torch.Tensor, ffn: int) -> torch.Tensor:
         g, u = gu[:, :ffn].float(), gu[:, ffn:].float()
         return (torch.nn.functional.silu(g) * u).to(gu.dtype)
+
+    def norm_parts(self, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype):
+        return norm_parts(x, g, n_a, dtype)
 
     def embed(self, E: torch.Tensor, tokens: torch.Tensor, n_a: int) -> torch.Tensor:
         """float32 rows of the embedding table E ([vocab, d], or [2, vocab, d] per twin)."""
@@ -308,17 +377,17 @@ class GpuModel:
     # -- one forward over device vectors; S sequences x P rows, the first n_a_rows on twin A
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, S: int, P: int, n_a_rows: int):
         sh, ops, n_a = self.shape, self.ops, n_a_rows
-        x = ops.embed(self.w.embed, tokens, n_a)
-        r = None
-        for i, lw in enumerate(self.w.layers):
-            h = ops.add_norm(x, r, lw.attn_norm, sh.eps, self.act_dtype, n_a)
-            q = ops.rope_kv(self, lw.wqkv(h, n_a), pos, slot, i)
+        L, act, eps = self.w.layers, self.act_dtype, sh.eps
+        x = ops.embed(self.w.embed, tokens, n_a)             # the residual stream, float32
+        u, p = ops.norm_parts(x, L[0].attn_norm, n_a, act)  # the next norm's parts (see `scaled`)
+        for i, lw in enumerate(L):
+            q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a), pos, slot, i)
             a = ops.attention(self, q, pos, slot, i, S, P)
-            h = ops.add_norm(x, lw.wo(a, n_a), lw.ffn_norm, sh.eps, self.act_dtype, n_a)
-            gu = lw.wgu(h, n_a)
-            r = lw.wdown(gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), n_a)
-        h = ops.add_norm(x, r, self.w.out_norm, sh.eps, self.act_dtype, n_a)
-        return self.w.output(h, n_a)
+            u, p = residual(lw.wo, a, x, lw.ffn_norm, n_a, act)
+            gu = scaled(lw.wgu, u, p, eps, n_a)
+            g_next = L[i + 1].attn_norm if i + 1 < len(L) else self.w.out_norm
+            u, p = residual(lw.wdown, gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), x, g_next, n_a, act)
+        return scaled(self.w.output, u, p, eps, n_a)
 
     # -- host side of one pass
     def _bucket_key(self, seqs: Sequence[SeqRows]) -> tuple[int, int, int]:

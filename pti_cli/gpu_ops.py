@@ -58,7 +58,7 @@ class _Module:
 GROUPS = (1, 2, 4, 8)     # attention kernels are instantiated for these query heads per KV head (>= the model's)
 ATTN_THREADS = 256       # kernels/pti_ops.hip ATTN_THREADS
 KERNELS = (["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16", "silu_mul_f32",
-            "attn_combine_64", "attn_combine_128", "stream_read", "embed_bf16", "argmax_feed"]
+            "attn_combine_64", "attn_combine_128", "stream_read", "embed_bf16", "argmax_feed", "norm_parts"]
            + [f"attn_{k}_{hd}_g{g}" for k in ("partial", "fused") for hd in (64, 128) for g in GROUPS]
            + [f"attn_rope_{hd}_g{g}_{t}" for hd in (64, 128) for g in GROUPS for t in ("bf16", "f32")])
 
@@ -163,6 +163,18 @@ class CudaOps:
         self.k.launch("embed_bf16", (M,), (256,), [(Ea, P), (Eb, P), (tokens, P), (n_a if E.dim() == 3 else M, I),
                                                    (vocab, I), (d, I), (x, P)])
         return x
+
+    def norm_parts(self, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype):
+        """(u, p) of the first layer's norm (gpu_model.norm_parts), one launch."""
+        if dtype != torch.bfloat16 or not x.is_contiguous():
+            return TorchOps().norm_parts(x, g, n_a, dtype)
+        M, d = x.shape
+        u = torch.empty((M, d), dtype=torch.bfloat16, device=x.device)
+        p = torch.empty((M, -(-d // 16)), dtype=torch.float32, device=x.device)
+        ga, gb = (g[0], g[1]) if g.dim() == 2 else (g, g)
+        self.k.launch("norm_parts", (M,), (256,), [(x, P), (ga, P), (gb, P), (n_a if g.dim() == 2 else M, I),
+                                                  (d, I), (u, P), (p, P)])
+        return u, p
 
     def argmax_feed(self, logits: torch.Tensor, feed: torch.Tensor | None) -> torch.Tensor:
         """int32 argmax of each row (lowest id on ties, NaN first, as torch.argmax); feed: see

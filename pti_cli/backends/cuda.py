@@ -87,7 +87,33 @@ def split_variant(name: str) -> dict[str, int]:
     return {"p": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
 
 
-SMEM_BYTES = 16384   # the tensor-core kernels' dynamic shared memory: the cross-warp reduction
+# the tensor-core kernels' dynamic shared memory (pti_finish): the cross-warp reduction (16 KB), each
+# row's inv (512 B), the residual's new values (up to 16 slots x 512 B)
+SMEM_BYTES = 16384 + 512 + 16 * 512
+
+
+@dataclass
+class Epilogue:
+    """The RMSNorm split around the matmuls (kernels/pti_kernel.hip, PtiArgs), per twin of the
+    launch: `pin` (the input rows' partial sums of x^2: scale each row's sums by its inv), or
+    `uo`, `po`, `g` (the outputs are added into the float32 residual rows passed as outputs; the
+    next norm's u and partial sums are written).  Per-twin tensors are row-aligned with the rows."""
+    ng: int
+    eps: float = 0.0
+    pin: list = field(default_factory=list)
+    uo: list = field(default_factory=list)
+    po: list = field(default_factory=list)
+    g: list = field(default_factory=list)
+
+    def rows(self, lo: int, hi: int) -> "Epilogue":
+        cut = lambda ts: [t[lo:hi] for t in ts]   # noqa: E731
+        return Epilogue(self.ng, self.eps, cut(self.pin), cut(self.uo), cut(self.po), list(self.g))
+
+    def args(self) -> tuple[tuple, tuple]:
+        def two(ts):
+            return tuple(t.data_ptr() for t in ts) + (0,) * (2 - len(ts))
+        vals = two(self.pin) + (self.ng, float(self.eps)) + two(self.uo) + two(self.po) + two(self.g)
+        return vals, (ctypes.c_void_p,) * 2 + (ctypes.c_int, ctypes.c_float) + (ctypes.c_void_p,) * 6
 
 
 class KernelBackend(Backend):
@@ -192,7 +218,8 @@ class KernelBackend(Backend):
             raise PtiError(f"matmul: output dtype must be {' or '.join(map(str, dtypes))}, not {out_dtype}")
         return torch.empty(x.shape[0], n, dtype=out_dtype or x.dtype, device=self.device)
 
-    def _run(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor], glu: bool = False) -> None:
+    def _run(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor], glu: bool = False,
+             epi: Epilogue | None = None) -> None:
         if len({y.dtype for y in ys}) > 1:
             raise PtiError("matmul_twins: both outputs must have one dtype")
         xs = [x if x.stride(1) == 1 else x.contiguous() for x in xs]
@@ -203,7 +230,8 @@ class KernelBackend(Backend):
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
-                                                          ys[0].dtype, rows=packs[0].rows, glu=glu))
+                                                          ys[0].dtype, rows=packs[0].rows, glu=glu),
+                        epi.rows(m0, m0 + MAX_ROWS) if epi is not None else None)
 
     def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None,
                     rows: int = 0, glu: bool = False) -> str:
@@ -214,7 +242,8 @@ class KernelBackend(Backend):
         wide = rows / 16 >= WIDE_ROW_GROUPS_PER_SM * self.sm_count
         return f"pti_mm_{tag}_{variant or variant_for(twins, m, wide)}"
 
-    def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]):
+    def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor],
+                    epi: Epilogue | None = None):
         """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin."""
         p0 = packs[0]
         g, nb = p0.q.shape[:2]
@@ -229,14 +258,39 @@ class KernelBackend(Backend):
                 ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
                 ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows // 2 if "_glu_" in name else p0.rows, vec_ok)
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
+        if name.startswith("pti_mm_"):   # the tensor-core kernels' epilogue arguments
+            ev, et = (epi or Epilogue(0)).args()
+            vals, types = vals + ev, types + et
+        elif epi is not None:
+            raise PtiError(f"{name} has no norm epilogue")
         return g // rg, vals, types
 
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
         raise NotImplementedError
 
-    def launch(self, packs, xs, ys, name: str) -> None:
+    def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         raise NotImplementedError
+
+    def epilogue_ok(self) -> bool:
+        """Whether the matmuls take the norm epilogues (the tensor-core kernels)."""
+        return not self.generic and self.kind == "cuda"
+
+    def matmul_epi(self, twins: list[int], xs: list[torch.Tensor], w: KernelMatrix, ys: list[torch.Tensor],
+                   epi: Epilogue) -> None:
+        """ys[i] = xs[i] @ W_twins[i]^T with a norm epilogue (Epilogue), one twin or both in one read;
+        ys are the outputs, or the float32 residual rows for a residual epilogue."""
+        if not self.epilogue_ok():
+            raise PtiError(f"the {self.kind} backend's kernels have no norm epilogue")
+        for x, y in zip(xs, ys):
+            if x.shape[0] != y.shape[0] or x.shape[1] != w.cols or not y.is_contiguous() or x.dtype != self.act_dtype:
+                raise PtiError(f"matmul_epi: rows {tuple(x.shape)} -> {tuple(y.shape)} do not fit a {w.rows}x{w.cols} matrix")
+        if len(twins) == 2 and max(x.shape[0] for x in xs) > TWIN_KERNEL_MAX_ROWS:   # as matmul_twins
+            for i in range(2):
+                one = Epilogue(epi.ng, epi.eps, epi.pin[i:i + 1], epi.uo[i:i + 1], epi.po[i:i + 1], epi.g[i:i + 1])
+                self.matmul_epi([twins[i]], [xs[i]], w, [ys[i]], one)
+            return
+        self._run([w.packs[w.plane[t]] for t in twins], xs, ys, w.glu, epi)
 
 
 def launch_kernel(driver, f, grid: tuple, block: tuple, smem: int, stream: int, args, pdl: bool, what: str) -> None:
@@ -303,8 +357,8 @@ class CudaBackend(KernelBackend):
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
         self.pdl = major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
 
-    def launch(self, packs, xs, ys, name: str) -> None:
-        grid, vals, types = self.launch_args(name, packs, xs, ys)
+    def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
+        grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
         launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
                       (vals, types), self.pdl, f"launch {name}")

@@ -54,8 +54,8 @@ class HipBackend(KernelBackend):
                 self.funcs[n] = _hip_check(hip.hipModuleGetFunction(self.module, n.encode()),
                                            f"hipModuleGetFunction {n}")
 
-    def launch(self, packs, xs, ys, name: str) -> None:
-        grid, vals, types = self.launch_args(name, packs, xs, ys)
+    def launch(self, packs, xs, ys, name: str, epi=None) -> None:
+        grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
         extra = tuple(t(v) for v, t in zip(vals, types))
         _hip_check(self._hip.hipModuleLaunchKernel(self.funcs[name], grid, 1, 1, THREADS, 1, 1,

@@ -1,0 +1,114 @@
+"""The RMSNorm split around the matmuls on a GPU (kernels/pti_kernel.hip PtiArgs,
+gpu_model.scaled / residual): the residual epilogue adds the matmul's bf16 outputs into the
+float32 rows exactly as a separate add would and writes the next norm's parts with the bits of
+the `norm_parts` kernel; the scaled epilogue matches a float64 reference and gives every row
+the same bits whatever the rows beside it.  One and two twins, plain / float32 / gate-up
+outputs, K a multiple of 32 or not.  Fresh random data; outputs poisoned with NaN first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pti_cli.gpu_model import make_linear, norm_parts
+
+pytestmark = pytest.mark.gpu
+
+GEN = torch.Generator(device="cpu")
+GEN.manual_seed(int(torch.randint(0, 1 << 30, (1,)).item()))
+DEV = torch.device("cuda")
+
+
+@pytest.fixture(scope="module")
+def ops():
+    from pti_cli.gpu_ops import CudaOps
+    return CudaOps(DEV)
+
+
+def rand_q8(n: int, k: int):
+    """int8 [n, k] and float16 scales [n, k / 32 rounded up] (make_linear pads the blocks)."""
+    nb = -(-k // 32)
+    q = torch.randint(-127, 128, (n, k), generator=GEN, dtype=torch.int8)
+    d = ((torch.rand(n, nb, generator=GEN) * 4 + 1) / (127 * k ** 0.5)).half()
+    return q.to(DEV), d.to(DEV)
+
+
+def norm_weights(twins: int, d: int) -> torch.Tensor:
+    return (torch.rand((twins, d) if twins == 2 else (d,), generator=GEN) + 0.5).to(DEV)
+
+
+@pytest.mark.parametrize("n,k", [(512, 256), (1000, 4096), (4096, 1000)])
+@pytest.mark.parametrize("twins", [1, 2])
+def test_residual_epilogue(ops, n, k, twins):
+    """x += bf16(a @ W^T), u = bf16(x * g) and the partial sums, as the plain matmul + an add +
+    the norm_parts kernel give them."""
+    lin = make_linear([rand_q8(n, k) for _ in range(twins)], DEV, ops_backend())
+    g = norm_weights(twins, n)
+    for m in (1, 2, 5, 16, 40):
+        n_a = m // 2 if twins == 2 else m
+        a = torch.randn(m, k, generator=GEN).bfloat16().to(DEV)
+        x = (torch.randn(m, n, generator=GEN) * 3).to(DEV)
+        x_ref = x + lin(a, n_a).float()
+        u_want, p_want = ops.norm_parts(x_ref, g, n_a, torch.bfloat16)
+        u, p = lin.residual(a, x, g, n_a)
+        assert torch.equal(x, x_ref), m
+        assert torch.equal(u.view(torch.int16), u_want.view(torch.int16)), m
+        assert torch.equal(p, p_want), m
+        u_t, p_t = norm_parts(x_ref, g, n_a, torch.bfloat16)
+        assert torch.equal(u.view(torch.int16), u_t.view(torch.int16))
+        assert torch.allclose(p, p_t, rtol=1e-5, atol=0)
+
+
+_BACKEND = []
+
+
+def ops_backend():
+    if not _BACKEND:
+        from pti_cli.backends.cuda import CudaBackend
+        _BACKEND.append(CudaBackend())
+    return _BACKEND[0]
+
+
+@pytest.mark.parametrize("n,k", [(512, 256), (1024, 1000), (6144, 4096)])
+@pytest.mark.parametrize("twins", [1, 2])
+@pytest.mark.parametrize("kind", ["out", "f32", "glu"])
+def test_scaled_epilogue(ops, n, k, twins, kind):
+    """inv * (u @ W^T) against float64, and every row's bits the same alone and among 40 rows."""
+    pairs = [rand_q8(n, k) for _ in range(twins)]
+    lin = make_linear(pairs, DEV, ops_backend(), out_f32=kind == "f32", glu=kind == "glu")
+    assert lin.glu == (kind == "glu")
+    g = norm_weights(twins, k)
+    x = (torch.randn(40, k, generator=GEN) * 2).to(DEV)
+    n_a = 20 if twins == 2 else 40
+    u, p = ops.norm_parts(x, g, n_a, torch.bfloat16)
+    y = lin.scaled(u, p, 1e-5, n_a)
+    assert y is not None and not torch.isnan(y.float()).any()
+    inv = torch.rsqrt(p.double().sum(-1, keepdim=True) / k + 1e-5)
+    ref = []
+    for tw, rows in ((0, slice(0, n_a)), (1, slice(n_a, 40))):
+        if rows.start == rows.stop:
+            continue
+        q, d = pairs[tw if twins == 2 else 0]
+        w = q.double() * d.double().repeat_interleave(32, dim=1)[:, :k]
+        ref.append(inv[rows] * (u[rows].double() @ w.T))
+    ref = torch.cat(ref)
+    if kind == "glu":
+        f = n // 2
+        ref = torch.nn.functional.silu(ref[:, :f]) * ref[:, f:]
+    err = (y.double() - ref).norm(dim=1) / ref.norm(dim=1)
+    assert err.max() < (1e-5 if kind == "f32" else 2e-2), err.max()
+    bits = torch.int32 if y.dtype == torch.float32 else torch.int16
+    for i in (0, 7, n_a - 1, 39):   # alone, as twin A's or twin B's only row
+        tw_a = 1 if (twins == 2 and i < n_a) else 0
+        one = lin.scaled(u[i:i + 1], p[i:i + 1], 1e-5, tw_a if twins == 2 else 1)
+        assert torch.equal(one.view(bits), y[i:i + 1].view(bits)), i
+
+
+def test_norm_parts_kernel_matches_torch(ops):
+    for d, twins in ((4096, 1), (1000, 2), (576, 2)):
+        x = torch.randn(6, d, generator=GEN).to(DEV)
+        g = norm_weights(twins, d)
+        u, p = ops.norm_parts(x, g, 3, torch.bfloat16)
+        u_t, p_t = norm_parts(x, g, 3, torch.bfloat16)
+        assert torch.equal(u.view(torch.int16), u_t.view(torch.int16))
+        assert p.shape == (6, -(-d // 16)) and torch.allclose(p, p_t, rtol=1e-5)
