@@ -282,23 +282,6 @@ __device__ __forceinline__ float pti_row_inv(const float* __restrict__ p, int ng
     return rsqrtf(__fdiv_rn(s, (float)K) + eps);
 }
 
-// What the epilogue reads (the rows' partial sums, the residual's old values) is copied into
-// shared memory by cp.async at the kernel's start, so that no CTA waits for it at its end
-// (a wait there costs every wave of CTAs).  The partial sums only for <= PTI_PIN_ROWS rows of
-// <= PTI_PIN_NG partial sums (the host adds their shared memory), the residual for whole groups
-// of 16 columns; otherwise the epilogue reads global memory itself.
-#define PTI_PIN_ROWS 16
-#define PTI_PIN_NG 512
-__device__ __forceinline__ void pti_cp16(void* dst, const void* src) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
-}
-__device__ __forceinline__ bool pti_pin_early(const PtiArgs& a, int NTW) {
-    const int rows = a.M[0] + (NTW > 1 ? a.M[1] : 0);
-    return a.pin[0] != nullptr && rows <= PTI_PIN_ROWS && a.ng <= PTI_PIN_NG && (a.ng & 3) == 0;
-}
-__device__ __forceinline__ bool pti_res_early(const PtiArgs& a) { return a.po[0] != nullptr && (a.N & 15) == 0; }
-
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
 // MT tiles of 8 activation rows: two chained MMAs per (row group, tile), then
 // acc = fma(scale, block sum, acc).  Every kernel variant calls exactly this.
@@ -352,19 +335,12 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
     constexpr int S = NTW * RG * MT;
     float* inv_s = red + 4096;
     float* res_s = inv_s + 128;
-    float* pin_s = res_s + S * 128;
     const bool scaled = a.pin[0] != nullptr, residual = a.po[0] != nullptr;
-    const bool pin_early = pti_pin_early(a, NTW), res_early = pti_res_early(a);
-    if (pin_early || res_early) {
-        asm volatile("cp.async.wait_all;" ::: "memory");
-        __syncthreads();
-    }
     if (scaled) {   // read before the first barrier below, used after it
         const int rows = a.M[0] + (NTW > 1 ? a.M[1] : 0);
         for (int rr = warp; rr < rows; rr += 8) {
             const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
-            const float* p = pin_early ? pin_s + rr * a.ng : (tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng;
-            const float v = pti_row_inv(p, a.ng, a.K, a.eps, lane);
+            const float v = pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
             if (lane == 0) inv_s[tw * 64 + m] = v;
         }
     }
@@ -413,15 +389,14 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
             const bool row_ok = m < (tw ? a.M[1] : a.M[0]);
             if (residual) {   // x += bf16(v); u = bf16(x * g); the new x kept for the partial sums
                 float nx = 0.f;
-                float* rs = res_s + (slot * 8 + (m - mt * 8)) * 16 + col;
                 if (n < a.N && row_ok) {
                     float* xp = (float*)(tw ? a.y[1] : a.y[0]) + (pti_u64)m * a.ldy + n;
-                    nx = __fadd_rn(res_early ? *rs : *xp, pti_bf16_to_f32(pti_f32_to_bf16(v)));
+                    nx = __fadd_rn(*xp, pti_bf16_to_f32(pti_f32_to_bf16(v)));
                     *xp = nx;
                     (tw ? a.uo[1] : a.uo[0])[(pti_u64)m * a.ldy + n] =
                         pti_f32_to_bf16(__fmul_rn(nx, (tw ? a.g[1] : a.g[0])[n]));
                 }
-                *rs = nx;
+                res_s[(slot * 8 + (m - mt * 8)) * 16 + col] = nx;
             } else if (n < a.N && row_ok) {
                 if (scaled) v = __fmul_rn(v, inv_s[tw * 64 + m]);
                 pti_store<TIN, TOUT>(tw ? a.y[1] : a.y[0], (pti_u64)m * a.ldy + n, v);
@@ -570,31 +545,6 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // per-lane pointers that advance by one or two steps: loads at constant offsets.
     const int nfull = a.vec_ok ? a.K / 32 : 0;
     const int nsteps = nfull > warp + 8 * (U - 1) ? (nfull - warp - 8 * (U - 1) + 8 * U - 1) / (8 * U) : 0;
-    pti_pdl_wait();   // activations only after the previous kernel is done (weights could go before: measured no gain)
-    {   // the epilogue's inputs, into shared memory while the main loop runs (pti_finish)
-        float* res_s = (float*)pti_smem + 4096 + 128;
-        float* pin_s = res_s + S * 128;
-        bool any = false;
-        if (pti_pin_early(a, NTW)) {
-            const int q = a.ng >> 2, rows = a.M[0] + (NTW > 1 ? a.M[1] : 0);
-            for (int c = threadIdx.x; c < rows * q; c += 256) {
-                const int rr = c / q, tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
-                pti_cp16(pin_s + rr * a.ng + (c % q) * 4, (tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng + (c % q) * 4);
-            }
-            any = true;
-        }
-        if (pti_res_early(a)) {
-            for (int c = threadIdx.x; c < S * 32; c += 256) {
-                const int slot = c >> 5, ml = (c >> 2) & 7, q4 = c & 3;
-                const int mt = slot % MT, r = (slot / MT) % RG, tw = slot / (MT * RG);
-                const int m = mt * 8 + ml, n0 = (unit * RG + r) * 16 + q4 * 4;
-                if (m < (tw ? a.M[1] : a.M[0]) && n0 < a.N)
-                    pti_cp16(res_s + (slot * 8 + ml) * 16 + q4 * 4, (const float*)(tw ? a.y[1] : a.y[0]) + (pti_u64)m * a.ldy + n0);
-            }
-            any = true;
-        }
-        if (any) asm volatile("cp.async.commit_group;" ::: "memory");
-    }
     PtiPtrs<NTW, RG, MT> p;
 #pragma unroll
     for (int tw = 0; tw < NTW; ++tw) {
@@ -612,6 +562,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
                                          warp * 32 + 8 * (lane & 3));
         }
     }
+    pti_pdl_wait();   // activations only after the previous kernel is done (weights could go before: measured no gain)
     if (PF == 0) {
         for (int i = 0; i < nsteps; ++i) {
             PtiStep<NTW, RG, MT, U> A;

@@ -90,15 +90,6 @@ def split_variant(name: str) -> dict[str, int]:
 # the tensor-core kernels' dynamic shared memory (pti_finish): the cross-warp reduction (16 KB), each
 # row's inv (512 B), the residual's new values (up to 16 slots x 512 B)
 SMEM_BYTES = 16384 + 512 + 16 * 512
-PIN_ROWS, PIN_NG = 16, 512   # kernels/pti_kernel.hip PTI_PIN_*: the rows' partial sums copied in early
-SMEM_MAX = SMEM_BYTES + PIN_ROWS * PIN_NG * 4
-
-
-def epilogue_smem(epi: "Epilogue | None", rows: int) -> int:
-    """The shared memory a launch adds for its rows' partial sums (pti_pin_early)."""
-    if epi is None or not epi.pin or rows > PIN_ROWS or epi.ng > PIN_NG or epi.ng % 4:
-        return 0
-    return rows * epi.ng * 4
 
 
 @dataclass
@@ -359,8 +350,6 @@ class CudaBackend(KernelBackend):
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if n.startswith("pti_mm_"):
-                    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                    _cu(driver.cuFuncSetAttribute(f, attr, SMEM_MAX), f"shared memory of {n}")
                     self.smem[n] = SMEM_BYTES
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
                            f"occupancy {n}") < 1:
@@ -371,8 +360,7 @@ class CudaBackend(KernelBackend):
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        smem = self.smem.get(name, 0) + epilogue_smem(epi, sum(x.shape[0] for x in xs))
-        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), smem, stream,
+        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
                       (vals, types), self.pdl, f"launch {name}")
 
     def stream_read(self, buf: torch.Tensor, blocks: int) -> torch.Tensor:
