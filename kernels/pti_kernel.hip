@@ -268,6 +268,7 @@ struct PtiArgs {
     const float* pin[2];
     int ng;
     float eps;
+    const float* inv[2];   // or each row's inv itself (pti_row_inv_rows: for many rows, summed once)
     unsigned short* uo[2];
     float* po[2];
     const float* g[2];
@@ -280,6 +281,18 @@ __device__ __forceinline__ float pti_row_inv(const float* __restrict__ p, int ng
     for (int j = lane; j < ng; j += 32) s = __fadd_rn(s, p[j]);
     for (int o = 16; o > 0; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
     return rsqrtf(__fdiv_rn(s, (float)K) + eps);
+}
+
+// inv of `rows` rows of ng partial sums each (a warp per row), for launches of many rows: their
+// CTAs then read one float per row instead of ng.  grid: rows / 8 rounded up, 256 threads.
+extern "C" __global__ void __launch_bounds__(256) pti_row_inv_rows(const float* __restrict__ p, int rows, int ng,
+                                                                   int K, float eps, float* __restrict__ inv) {
+    pti_pdl_trigger();
+    pti_pdl_wait();
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const float v = pti_row_inv(p + (pti_u64)row * ng, ng, K, eps, lane);
+    if (lane == 0) inv[row] = v;
 }
 
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
@@ -335,13 +348,20 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
     constexpr int S = NTW * RG * MT;
     float* inv_s = red + 4096;
     float* res_s = inv_s + 128;
-    const bool scaled = a.pin[0] != nullptr, residual = a.po[0] != nullptr;
+    const bool scaled = a.pin[0] != nullptr || a.inv[0] != nullptr, residual = a.po[0] != nullptr;
     if (scaled) {   // read before the first barrier below, used after it
         const int rows = a.M[0] + (NTW > 1 ? a.M[1] : 0);
-        for (int rr = warp; rr < rows; rr += 8) {
-            const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
-            const float v = pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
-            if (lane == 0) inv_s[tw * 64 + m] = v;
+        if (a.inv[0]) {
+            for (int rr = threadIdx.x; rr < rows; rr += 256) {
+                const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
+                inv_s[tw * 64 + m] = (tw ? a.inv[1] : a.inv[0])[m];
+            }
+        } else {
+            for (int rr = warp; rr < rows; rr += 8) {
+                const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
+                const float v = pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
+                if (lane == 0) inv_s[tw * 64 + m] = v;
+            }
         }
     }
 #pragma unroll
@@ -603,11 +623,12 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok,                            \
-        const float* pina, const float* pinb, int ng, float eps, unsigned short* uoa,          \
-        unsigned short* uob, float* poa, float* pob, const float* ga, const float* gb) {       \
+        const float* pina, const float* pinb, int ng, float eps, const float* inva,            \
+        const float* invb, unsigned short* uoa, unsigned short* uob, float* poa, float* pob,   \
+        const float* ga, const float* gb) {                                                    \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {uoa, uob},      \
-                           {poa, pob}, {ga, gb}};                                              \
+                           N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {inva, invb},    \
+                           {uoa, uob}, {poa, pob}, {ga, gb}};                                  \
         pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF>(a);                                           \
     }
 

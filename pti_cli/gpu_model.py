@@ -34,6 +34,9 @@ ATTN_CHUNK = 64                  # KV positions per attention block: fixed, so r
 # (docs/bench/kernels_h200_*.json): time(M) / time(1) is 1.00-1.10 up to 8 rows, 1.17-1.58 at 16,
 # 1.65-2.31 at 32.  Drafts are cut so that a pass, padded to its graph bucket, stays within it.
 FREE_ROWS = 8
+# A scaled matmul of more rows takes each row's inv from one small launch (KernelLinear.scaled):
+# every CTA summing 1 KB of partials per row costs more than that launch past a few rows (perf.md).
+INV_IN_EPILOGUE_ROWS = 16
 RING = 3   # passes of one bucket whose picks may be in flight (launched, not yet read) at once
 
 
@@ -117,9 +120,13 @@ class KernelLinear:
         n_out = self.w.rows // 2 if self.glu else self.w.rows
         y = torch.empty((M, n_out), dtype=self.out_dtype or u.dtype, device=u.device)
         parts = self._parts(M, n_a)
+        if M <= INV_IN_EPILOGUE_ROWS:   # each CTA sums its rows' partials itself: no launch
+            epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts])
+        else:   # summed once, so that the CTAs read one float per row instead of the partials
+            inv = self.backend.row_inv(p, u.shape[1], eps)
+            epi = Epilogue(p.shape[1], eps, inv=[inv[lo:hi] for _, lo, hi in parts])
         self.backend.matmul_epi([t for t, _, _ in parts], [u[lo:hi] for _, lo, hi in parts], self.w,
-                                [y[lo:hi] for _, lo, hi in parts],
-                                Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts]))
+                                [y[lo:hi] for _, lo, hi in parts], epi)
         return y
 
     def residual(self, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int):

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A/B of whole trees (pti_cli + kernels) in one call: for each tree given, in a fresh process
 with that tree first on the path, ms per pass of plain decoding on the synthetic 8b model
-(`decode_greedy`, 64 passes from position 512, after a warm-up): one sequence, 16, and two
-distinct twins at two sequences.  Trees: folders holding pti_cli/ and kernels/ (e.g. from
+(`decode_greedy`, 64 passes from position 512, after a warm-up): one sequence, 16, 32, and two
+distinct twins at two sequences; and ms of one sequence's 512-token prefill (the second one).  Trees: folders holding pti_cli/ and kernels/ (e.g. from
 `git archive COMMIT pti_cli kernels`).
     python3 scripts/pass_ab.py TREE [TREE ...]"""
 
@@ -18,11 +18,15 @@ from pti_cli.gpu_ops import CudaOps, kernel_backend
 dev = torch.device("cuda")
 ops, be = CudaOps(dev), kernel_backend(dev)
 out = []
-for twins, cases in (("a", (1, 16)), ("ab", (2,))):
-    m = build_model("8b", dev, twins, 16, 640, ops, be)
+for twins, cases in (("a", (1, 16, 32)), ("ab", (2,))):
+    m = build_model("8b", dev, twins, 32, 640, ops, be)
     for S in cases:
         tw = [i % 2 if twins == "ab" else 0 for i in range(S)]
         m.prefill([SeqRows(i, list(range(1, 513)), 0, tw[i]) for i in range(S)])
+        if S == 1 and twins == "a":
+            torch.cuda.synchronize(); t = time.perf_counter()
+            m.prefill([SeqRows(0, list(range(1, 513)), 0, 0)])
+            torch.cuda.synchronize(); out.append(f"prefill,1: {(time.perf_counter() - t) * 1e3:.1f}")
         seqs = [SeqRows(i, [5], 512, tw[i]) for i in range(S)]
         m.decode_greedy(seqs, 8)   # capture, warm-up
         best = []

@@ -101,19 +101,20 @@ class Epilogue:
     ng: int
     eps: float = 0.0
     pin: list = field(default_factory=list)
+    inv: list = field(default_factory=list)    # or each row's inv (KernelBackend.row_inv)
     uo: list = field(default_factory=list)
     po: list = field(default_factory=list)
     g: list = field(default_factory=list)
 
     def rows(self, lo: int, hi: int) -> "Epilogue":
         cut = lambda ts: [t[lo:hi] for t in ts]   # noqa: E731
-        return Epilogue(self.ng, self.eps, cut(self.pin), cut(self.uo), cut(self.po), list(self.g))
+        return Epilogue(self.ng, self.eps, cut(self.pin), cut(self.inv), cut(self.uo), cut(self.po), list(self.g))
 
     def args(self) -> tuple[tuple, tuple]:
         def two(ts):
             return tuple(t.data_ptr() for t in ts) + (0,) * (2 - len(ts))
-        vals = two(self.pin) + (self.ng, float(self.eps)) + two(self.uo) + two(self.po) + two(self.g)
-        return vals, (ctypes.c_void_p,) * 2 + (ctypes.c_int, ctypes.c_float) + (ctypes.c_void_p,) * 6
+        vals = two(self.pin) + (self.ng, float(self.eps)) + two(self.inv) + two(self.uo) + two(self.po) + two(self.g)
+        return vals, (ctypes.c_void_p,) * 2 + (ctypes.c_int, ctypes.c_float) + (ctypes.c_void_p,) * 8
 
 
 class KernelBackend(Backend):
@@ -272,6 +273,11 @@ class KernelBackend(Backend):
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         raise NotImplementedError
 
+    def row_inv(self, p: torch.Tensor, cols: int, eps: float) -> torch.Tensor:
+        """Each row's inv = rsqrt(sum(p row) / cols + eps) (kernels/pti_kernel.hip pti_row_inv, the sum
+        order of the scaled epilogue), for launches of many rows."""
+        raise NotImplementedError
+
     def epilogue_ok(self) -> bool:
         """Whether the matmuls take the norm epilogues (the tensor-core kernels)."""
         return not self.generic and self.kind == "cuda"
@@ -287,7 +293,8 @@ class KernelBackend(Backend):
                 raise PtiError(f"matmul_epi: rows {tuple(x.shape)} -> {tuple(y.shape)} do not fit a {w.rows}x{w.cols} matrix")
         if len(twins) == 2 and max(x.shape[0] for x in xs) > TWIN_KERNEL_MAX_ROWS:   # as matmul_twins
             for i in range(2):
-                one = Epilogue(epi.ng, epi.eps, epi.pin[i:i + 1], epi.uo[i:i + 1], epi.po[i:i + 1], epi.g[i:i + 1])
+                one = Epilogue(epi.ng, epi.eps, epi.pin[i:i + 1], epi.inv[i:i + 1], epi.uo[i:i + 1], epi.po[i:i + 1],
+                               epi.g[i:i + 1])
                 self.matmul_epi([twins[i]], [xs[i]], w, [ys[i]], one)
             return
         self._run([w.packs[w.plane[t]] for t in twins], xs, ys, w.glu, epi)
@@ -341,7 +348,7 @@ class CudaBackend(KernelBackend):
             _cu(driver.cuInit(0), "cuInit")
             self.compiled = cached_binary("cuda", self.arch)
             self.module = _cu(driver.cuModuleLoadData(self.compiled.binary), "cuModuleLoadData")
-            names = ["pti_stream_read"] + [f"pti_mmg_{ACT_TAGS[a]}_{o}_t{t}" for t in (1, 2) for a in ACT_TAGS
+            names = ["pti_stream_read", "pti_row_inv_rows"] + [f"pti_mmg_{ACT_TAGS[a]}_{o}_t{t}" for t in (1, 2) for a in ACT_TAGS
                                            for o in ("f32", "out")]
             if not self.generic:
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
@@ -362,6 +369,18 @@ class CudaBackend(KernelBackend):
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
         launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
                       (vals, types), self.pdl, f"launch {name}")
+
+    def row_inv(self, p: torch.Tensor, cols: int, eps: float) -> torch.Tensor:
+        rows, ng = p.shape
+        if p.dtype != torch.float32 or not p.is_contiguous():
+            raise PtiError("row_inv: the partial sums must be a contiguous float32 [rows, groups] tensor")
+        inv = torch.empty(rows, dtype=torch.float32, device=self.device)
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        launch_kernel(self._drv, self.funcs["pti_row_inv_rows"], (-(-rows // 8),), (THREADS,), 0, stream,
+                      ((p.data_ptr(), rows, ng, cols, float(eps), inv.data_ptr()),
+                       (ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_void_p)),
+                      self.pdl, "launch pti_row_inv_rows")
+        return inv
 
     def stream_read(self, buf: torch.Tensor, blocks: int) -> torch.Tensor:
         """Launch the streaming-read kernel over `buf` (the benchmark's denominator)."""
