@@ -501,8 +501,10 @@ class GpuModel:
             event.record(torch.cuda.current_stream(self.device))
         self.passes += 1
         self.rows += sum(len(s.tokens) for s in seqs)
-        b.last = Pending(self, b, seqs, first, out, event, logits, b.turn)
-        return b.last
+        p = Pending(self, b, seqs, first, out, event, logits, b.turn)
+        if b.rows == 1:   # what start_next continues (only those; a prefill's logits are not kept)
+            b.last = p
+        return p
 
     def run_pass(self, seqs: Sequence[SeqRows], want_logits: bool = False, host: bool = True):
         """One pass; returns per sequence the greedy next token of each of its rows
@@ -659,8 +661,6 @@ class EnginePort:
         return rows_per_seq_cap(n_seqs) - 1
 
     def new_kv(self) -> SlotKV:
-        if not self.free and self._ahead is not None:   # it may hold a finished sequence's slot
-            self._drop_ahead()
         if not self.free:
             raise PtiError(f"all {self.model.max_seqs} KV slots of the GPU model are in use")
         kv = SlotKV(self.free.pop(0), self.model.max_ctx)

@@ -95,9 +95,10 @@ SMEM_BYTES = 16384 + 512 + 16 * 512
 @dataclass
 class Epilogue:
     """The RMSNorm split around the matmuls (kernels/pti_kernel.hip, PtiArgs), per twin of the
-    launch: `pin` (the input rows' partial sums of x^2: scale each row's sums by its inv), or
-    `uo`, `po`, `g` (the outputs are added into the float32 residual rows passed as outputs; the
-    next norm's u and partial sums are written).  Per-twin tensors are row-aligned with the rows."""
+    launch: `pin` (the input rows' partial sums of x^2: scale each row's sums by its inv) or `inv`
+    (the rows' inv itself, `row_inv`), or `uo`, `po`, `g` (the outputs are added into the float32
+    residual rows passed as outputs; the next norm's u and partial sums are written).  Per-twin
+    tensors are row-aligned with the rows."""
     ng: int
     eps: float = 0.0
     pin: list = field(default_factory=list)
