@@ -142,3 +142,17 @@ def real_model(ssq_path, twins: str = "a"):
     from pti_cli.model import Model
     from pti_cli.ssq.read import SSQFile
     return Model(SSQFile(ssq_path), load_backend("torch"), twins=twins)
+
+
+def host_fed_greedy(model, seqs, firsts: list[int], steps: int) -> list[list[int]]:
+    """`steps` picks per sequence of a GpuModel by passes fed from the host one at a time
+    (`run_pass`, each waited for): the reference for the device-fed `decode_greedy`.  seqs: the
+    prefilled SeqRows (their tokens the prompts), firsts: the prefill's picks."""
+    from pti_cli.gpu_model import SeqRows
+    out, cur = [[] for _ in seqs], list(firsts)
+    for k in range(steps):
+        ids = model.run_pass([SeqRows(s.slot, [c], len(s.tokens) + k, s.twin) for s, c in zip(seqs, cur)])
+        cur = [int(r[0]) for r in ids]
+        for o, c in zip(out, cur):
+            o.append(c)
+    return out

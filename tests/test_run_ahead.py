@@ -17,7 +17,7 @@ from pti_cli.errors import PtiError
 from pti_cli.gpu_model import RING, EnginePort, SeqRows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_helpers import IdsTokenizer  # noqa: E402
+from engine_helpers import IdsTokenizer, host_fed_greedy  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -35,12 +35,7 @@ def test_decode_greedy_equals_pass_by_pass(twins):
     lengths = [7, 12, 9]
     m, seqs, firsts = _prefilled(twins, lengths)
     steps = 10
-    ref, cur = [[] for _ in seqs], list(firsts)
-    for k in range(steps):
-        ids = m.run_pass([SeqRows(s.slot, [c], len(s.tokens) + k, s.twin) for s, c in zip(seqs, cur)])
-        cur = [int(r[0]) for r in ids]
-        for o, c in zip(ref, cur):
-            o.append(c)
+    ref = host_fed_greedy(m, seqs, firsts, steps)
     before = m.passes
     got = m.decode_greedy([SeqRows(s.slot, [f], len(s.tokens), s.twin) for s, f in zip(seqs, firsts)], steps)
     assert got == ref and m.passes - before == steps

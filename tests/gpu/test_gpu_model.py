@@ -368,12 +368,11 @@ def test_device_fed_decode_equals_pass_by_pass(dev, backend, ops, twins):
             for i in range(3)]
     firsts = m.prefill(seqs)
     steps = 40
-    ref, cur = [[] for _ in seqs], list(firsts)
-    for k in range(steps):
-        ids = m.run_pass([SeqRows(s.slot, [c], len(s.tokens) + k, s.twin) for s, c in zip(seqs, cur)])
-        cur = [int(r[0]) for r in ids]
-        for o, c in zip(ref, cur):
-            o.append(c)
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from engine_helpers import host_fed_greedy
+    ref = host_fed_greedy(m, seqs, firsts, steps)
     key = m._bucket_key([SeqRows(s.slot, [0], 0, s.twin) for s in seqs])
     assert m.buckets[key].graph is not None
     got = m.decode_greedy([SeqRows(s.slot, [f], len(s.tokens), s.twin) for s, f in zip(seqs, firsts)], steps)
