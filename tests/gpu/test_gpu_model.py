@@ -377,3 +377,17 @@ def test_device_fed_decode_equals_pass_by_pass(dev, backend, ops, twins):
     assert m.buckets[key].graph is not None
     got = m.decode_greedy([SeqRows(s.slot, [f], len(s.tokens), s.twin) for s, f in zip(seqs, firsts)], steps)
     assert got == ref
+
+
+@pytest.mark.parametrize("twins", ["a", "ab"])
+def test_first_pass_may_be_captured(dev, backend, ops, twins):
+    """A model whose very first pass is a captured graph (no eager pass before it: a one-token
+    prompt, as `pti run` may start) decodes what the same weights decode eagerly."""
+    seqs = [SeqRows(i, [7 + 5 * i], 0, i % 2 if twins == "ab" else 0) for i in range(2)]
+    outs = {}
+    for graphs in (True, False):
+        m = gpu_model(SHAPE, dev, backend, ops, twins=twins, graphs=graphs, max_seqs=4)
+        outs[graphs] = m.decode_greedy(seqs, 12)
+        key = m._bucket_key(seqs)
+        assert (m.buckets[key].graph is not None) == graphs
+    assert outs[True] == outs[False]
