@@ -76,7 +76,9 @@ def main() -> None:
     empty = torch.empty(1, device=dev)
     out["empty_kernels_ms"] = graph_time(lambda: [empty.add_(0) for _ in range(L * 10)])
     out["silu_ms"] = graph_time(lambda: [ops.silu_mul(gu, sh.ffn) for _ in range(L)])
-    out["launches_per_pass"] = L * (7 if m.w.layers[0].wgu.glu else 8) + 5   # SiLU in the gate/up epilogue or not
+    # m.forward at one row: embedding, the first norm's parts, per layer QKV, attention, O, gate/up (and
+    # SiLU unless fused), down, then the output head (a bucket's graph adds argmax_feed)
+    out["launches_per_pass"] = L * (5 if m.w.layers[0].wgu.glu else 6) + 3
     out.update(breakdown16(m, ops, 16))
     print(json.dumps(out))
     for k, v in out.items():
