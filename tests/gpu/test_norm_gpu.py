@@ -39,10 +39,10 @@ def norm_weights(twins: int, d: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("n,k", [(512, 256), (1000, 4096), (4096, 1000)])
 @pytest.mark.parametrize("twins", [1, 2])
-def test_residual_epilogue(ops, n, k, twins):
+def test_residual_epilogue(backend, ops, n, k, twins):
     """x += bf16(a @ W^T), u = bf16(x * g) and the partial sums, as the plain matmul + an add +
     the norm_parts kernel give them."""
-    lin = make_linear([rand_q8(n, k) for _ in range(twins)], DEV, ops_backend())
+    lin = make_linear([rand_q8(n, k) for _ in range(twins)], DEV, backend)
     g = norm_weights(twins, n)
     for m in (1, 2, 5, 16, 40):
         n_a = m // 2 if twins == 2 else m
@@ -59,23 +59,13 @@ def test_residual_epilogue(ops, n, k, twins):
         assert torch.allclose(p, p_t, rtol=1e-5, atol=0)
 
 
-_BACKEND = []
-
-
-def ops_backend():
-    if not _BACKEND:
-        from pti_cli.backends.cuda import CudaBackend
-        _BACKEND.append(CudaBackend())
-    return _BACKEND[0]
-
-
 @pytest.mark.parametrize("n,k", [(512, 256), (1024, 1000), (6144, 4096)])
 @pytest.mark.parametrize("twins", [1, 2])
 @pytest.mark.parametrize("kind", ["out", "f32", "glu"])
-def test_scaled_epilogue(ops, n, k, twins, kind):
+def test_scaled_epilogue(backend, ops, n, k, twins, kind):
     """inv * (u @ W^T) against float64, and every row's bits the same alone and among 40 rows."""
     pairs = [rand_q8(n, k) for _ in range(twins)]
-    lin = make_linear(pairs, DEV, ops_backend(), out_f32=kind == "f32", glu=kind == "glu")
+    lin = make_linear(pairs, DEV, backend, out_f32=kind == "f32", glu=kind == "glu")
     assert lin.glu == (kind == "glu")
     g = norm_weights(twins, k)
     x = (torch.randn(40, k, generator=GEN) * 2).to(DEV)
