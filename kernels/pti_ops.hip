@@ -23,10 +23,13 @@
 // attribute): every kernel lets the next one start early and waits for the
 // previous one to finish before its first global access.
 #if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define PDL_ENTRY() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #else
-#define PDL_ENTRY()
+#define PDL_TRIGGER()
+#define PDL_WAIT()
 #endif
+#define PDL_ENTRY() do { PDL_TRIGGER(); PDL_WAIT(); } while (0)
 
 #define ATTN_CHUNK 64
 #define MAX_G 8        // query heads per KV head; kernels are instantiated for NG = 1, 2, 4, 8 >= G
@@ -169,20 +172,142 @@ extern "C" __global__ void silu_mul_##SUF(const T* gu, bf16_t* out, int F, long 
 INSTANTIATE(bf16_t, bf16)
 INSTANTIATE(float, f32)
 
-// Keys sit in shared memory in rows of HD + 8 bf16 (KSTR): one thread reads one key,
-// 16 bytes at a time, and the padding puts neighbouring threads' rows in different banks.
+// Keys and values sit in shared memory in rows of HD + 8 bf16 (KSTR): the padding puts
+// neighbouring rows' 16-byte words in different banks (one thread per key in the scalar
+// scores, eight rows per ldmatrix in the tensor-core path).  The scores' rows are padded
+// the same way (SCSTR) for the value sum's B operands.
 #define KSTR(HD) ((HD) + 8)
+#define SCSTR (ATTN_CHUNK + 8)
 
-// Scores of the chunk's nt keys for G heads into sc, then per head: max into mx,
-// exp(score - max) into sc, their sum into sm.  Thread t computes key t's dot
-// products with every head's query, sequentially over the dimensions (about 1.4
-// instructions per multiply-add; a warp per key with a shuffle tree took 4); the
-// softmax reductions are fixed trees.  Every order is fixed by the key's place in
-// its chunk, never by the number of rows.
-template <int HD, int NG>
-__device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], float (*sc)[ATTN_CHUNK],
-                                            float* mx, float* sm, int nt, int G) {
+// The tensor-core attention (sm_80+ on CUDA): scores = K q^T and the value sum V^T p by
+// bf16 mma.sync with float32 sums, q kept as its bf16 value, p rounded to bf16 (as
+// FlashAttention does).  Elsewhere (HIP, older CUDA) the scalar float32 loops.  Either way
+// one row's arithmetic depends only on that row's position and data.
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(PTI_ATTN_NO_MMA)
+#define ATTN_MMA 1
+#endif
+
+// Per head: the max of the chunk's nt scores into mx, exp(score - max) into sc (zeros past nt,
+// so the tensor-core value sum may take whole 16-key steps), their sum into sm.  Fixed trees.
+template <int NG>
+__device__ __forceinline__ void attn_softmax(float (*sc)[SCSTR], float* mx, float* sm, int nt, int G) {
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    for (int g = w; g < G; g += nw) {   // one warp per head; lanes take keys lane, lane + WARP, ...
+        float mm = NEG_INF;
+        for (int t = lane; t < nt; t += WARP) mm = fmaxf(mm, sc[g][t]);
+        for (int m = WARP / 2; m > 0; m >>= 1) mm = fmaxf(mm, SHFL_XOR(mm, m));
+        float l = 0.f;
+        for (int t = lane; t < ATTN_CHUNK; t += WARP) {
+            float e = t < nt ? expf(sc[g][t] - mm) : 0.f;
+            sc[g][t] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0) { mx[g] = mm; sm[g] = l; }
+    }
+    __syncthreads();
+}
+
+#ifdef ATTN_MMA
+// q as its bf16 value (the scale is applied to the scores), rows of KSTR for ldmatrix-free
+// conflict-free B loads; heads past G are never read (their B operands are zeros).
+#define ATTN_QS(HD, NG) __shared__ __align__(16) bf16_t qs[NG][KSTR(HD)]
+template <int HD>
+__device__ __forceinline__ void attn_put_q(bf16_t (*qs)[KSTR(HD)], int g, int d, bf16_t v, float) { qs[g][d] = v; }
+
+__device__ __forceinline__ void attn_ldsm_x4(unsigned (&a)[4], const bf16_t* p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(s));
+}
+__device__ __forceinline__ void attn_ldsm_x4_trans(unsigned (&a)[4], const bf16_t* p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(s));
+}
+__device__ __forceinline__ void attn_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned attn_pack_bf16(float lo, float hi) {   // round to nearest even
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Scores: warp w < 4 takes keys 16w..16w+15 (A = the K rows, ldmatrix), B = q^T (columns =
+// heads, zeros past G), HD / 16 chained MMAs in dimension order, then x scale.  Rows past nt
+// hold whatever the tile held; only their own score rows see them, and the softmax drops them.
+template <int HD, int NG>
+__device__ __forceinline__ void attn_scores(const bf16_t* ks, bf16_t (*qs)[KSTR(HD)], float (*sc)[SCSTR],
+                                            float* mx, float* sm, int nt, int G, float scale) {
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    const int n = lane >> 2, k2 = 2 * (lane & 3);
+    if (w < ATTN_CHUNK / 16 && 16 * w < nt) {
+        const bf16_t* arow = ks + (16 * w + (lane & 15)) * KSTR(HD) + (lane >> 4) * 8;
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int d0 = 0; d0 < HD; d0 += 16) {
+            unsigned a[4];
+            attn_ldsm_x4(a, arow + d0);
+            const unsigned b0 = n < G ? *(const unsigned*)&qs[n][d0 + k2] : 0u;
+            const unsigned b1 = n < G ? *(const unsigned*)&qs[n][d0 + k2 + 8] : 0u;
+            attn_mma(c, a, b0, b1);
+        }
+        const int t = 16 * w + n;
+        if (k2 < G) { sc[k2][t] = c[0] * scale; sc[k2][t + 8] = c[2] * scale; }
+        if (k2 + 1 < G) { sc[k2 + 1][t] = c[1] * scale; sc[k2 + 1][t + 8] = c[3] * scale; }
+    }
+    __syncthreads();
+    attn_softmax<NG>(sc, mx, sm, nt, G);
+}
+
+// Un-normalised output of the chunk: warp w < HD / 16 takes dimensions 16w..16w+15 (A = V^T,
+// ldmatrix.trans), B = p (columns = heads, rounded to bf16, zeros past G and past nt), chained
+// MMAs over the keys in key order.  V rows past nt are zeros in the tile (attn_load_tile).
+template <int HD, int NG>
+__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* part_acc,
+                                        long row_head0, int n_chunks, int c) {
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    if (w >= HD / 16) return;
+    const int n = lane >> 2, k2 = 2 * (lane & 3);
+    const bf16_t* arow = vs + ((lane & 7) + (lane >> 4) * 8) * KSTR(HD) + 16 * w + ((lane >> 3) & 1) * 8;
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int t0 = 0; t0 < nt; t0 += 16) {
+        unsigned a[4];
+        attn_ldsm_x4_trans(a, arow + t0 * KSTR(HD));
+        const unsigned b0 = n < G ? attn_pack_bf16(sc[n][t0 + k2], sc[n][t0 + k2 + 1]) : 0u;
+        const unsigned b1 = n < G ? attn_pack_bf16(sc[n][t0 + k2 + 8], sc[n][t0 + k2 + 9]) : 0u;
+        attn_mma(o, a, b0, b1);
+    }
+    const int d = 16 * w + n;
+    if (k2 < G) {
+        float* p = part_acc + ((row_head0 + k2) * n_chunks + c) * HD;
+        p[d] = o[0];
+        p[d + 8] = o[2];
+    }
+    if (k2 + 1 < G) {
+        float* p = part_acc + ((row_head0 + k2 + 1) * n_chunks + c) * HD;
+        p[d] = o[1];
+        p[d + 8] = o[3];
+    }
+}
+#else
+#define ATTN_QS(HD, NG) __shared__ __align__(16) float qs[NG][HD]
+template <int HD>
+__device__ __forceinline__ void attn_put_q(float (*qs)[HD], int g, int d, bf16_t v, float scale) {
+    qs[g][d] = bf2f(v) * scale;
+}
+
+// Scores of the chunk's nt keys for G heads into sc (q already scaled).  Thread t computes
+// key t's dot products with every head's query, sequentially over the dimensions (about 1.4
+// instructions per multiply-add).  Every order is fixed by the key's place in its chunk,
+// never by the number of rows.
+template <int HD, int NG>
+__device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], float (*sc)[SCSTR],
+                                            float* mx, float* sm, int nt, int G, float) {
     for (int t = threadIdx.x; t < nt; t += blockDim.x) {
         float s[NG];
 #pragma unroll
@@ -205,23 +330,14 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
         for (int g = 0; g < NG; g++) if (g < G) sc[g][t] = s[g];
     }
     __syncthreads();
-    for (int g = w; g < G; g += nw) {   // one warp per head; lanes take keys lane, lane + WARP, ...
-        float mm = NEG_INF;
-        for (int t = lane; t < nt; t += WARP) mm = fmaxf(mm, sc[g][t]);
-        for (int m = WARP / 2; m > 0; m >>= 1) mm = fmaxf(mm, SHFL_XOR(mm, m));
-        float l = 0.f;
-        for (int t = lane; t < nt; t += WARP) { float e = expf(sc[g][t] - mm); sc[g][t] = e; l += e; }
-        l = warp_sum(l);
-        if (lane == 0) { mx[g] = mm; sm[g] = l; }
-    }
-    __syncthreads();
+    attn_softmax<NG>(sc, mx, sm, nt, G);
 }
 
 // Un-normalised output of the chunk: thread i takes dimensions 2i and 2i + 1 of
 // every head (one load of the value pair serves all G heads), summing the keys in
 // key order with fused multiply-adds.
 template <int HD, int NG>
-__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK], int nt, int G, float* part_acc,
+__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* part_acc,
                                         long row_head0, int n_chunks, int c) {
     for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
         float a0[NG], a1[NG];
@@ -229,7 +345,7 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK
         for (int g = 0; g < NG; g++) a0[g] = a1[g] = 0.f;
 #pragma unroll 4
         for (int t = 0; t < nt; t++) {
-            unsigned v = *(const unsigned*)&vs[t * HD + 2 * i];
+            unsigned v = *(const unsigned*)&vs[t * KSTR(HD) + 2 * i];
             float v0 = bf2f(v & 0xffff), v1 = bf2f(v >> 16);
 #pragma unroll
             for (int g = 0; g < NG; g++) {
@@ -247,11 +363,13 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[ATTN_CHUNK
             }
     }
 }
+#endif
 
-// The chunk's cached keys and values into shared memory (K rows padded by 16 bytes):
-// asynchronous copies on sm_80+, K and V in two commit groups so that the scores can
-// start once K has landed (attn_wait_k) while V is still on its way (attn_wait_v).
-// Elsewhere plain loads (then both waits are only the block barrier).
+// The chunk's first n_keys cached keys and values into shared memory (rows padded by 16
+// bytes), and zeros into the value rows from n_valid on (a value sum over whole 16-key steps
+// must not meet NaN garbage there): asynchronous copies on sm_80+, K and V in two commit
+// groups so that the scores can start once K has landed (attn_wait_k) while V is still on
+// its way (attn_wait_v).  Elsewhere plain loads (then both waits are only the block barrier).
 #if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(PTI_ATTN_NO_ASYNC)
 #define ATTN_ASYNC 1
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
@@ -261,7 +379,7 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 #endif
 template <int HD>
 __device__ __forceinline__ void attn_load_tile(bf16_t* ks, bf16_t* vs, const bf16_t* kc, const bf16_t* vc, long kv0,
-                                               int n_keys) {
+                                               int n_keys, int n_valid) {
     const uint4* k4 = (const uint4*)(kc + kv0);
     const uint4* v4 = (const uint4*)(vc + kv0);
     constexpr int N4 = ATTN_CHUNK * HD / 8;   // 16-byte words per tile
@@ -276,16 +394,18 @@ __device__ __forceinline__ void attn_load_tile(bf16_t* ks, bf16_t* vs, const bf1
 #pragma unroll
     for (int j = 0; j < N4 / ATTN_THREADS; j++) {
         int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < n4) cp_async16((uint4*)vs + i, v4 + i);
+        if (i < n4) cp_async16((uint4*)vs + i + i / (HD / 8), v4 + i);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
 #else
 #pragma unroll
     for (int j = 0; j < N4 / ATTN_THREADS; j++) {
         int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < n4) { ((uint4*)ks)[i + i / (HD / 8)] = k4[i]; ((uint4*)vs)[i] = v4[i]; }
+        if (i < n4) { ((uint4*)ks)[i + i / (HD / 8)] = k4[i]; ((uint4*)vs)[i + i / (HD / 8)] = v4[i]; }
     }
 #endif
+    for (int i = n_valid * HD / 8 + threadIdx.x; i < N4; i += ATTN_THREADS)
+        ((uint4*)vs)[i + i / (HD / 8)] = make_uint4(0, 0, 0, 0);
 }
 __device__ __forceinline__ void attn_wait_k() {
 #ifdef ATTN_ASYNC
@@ -317,9 +437,9 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
                              int n_chunks, float scale, int* counters, bf16_t* out) {
     PDL_ENTRY();
     __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * KSTR(HD)];
-    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
-    __shared__ __align__(16) float qs[NG][HD];
-    __shared__ float sc[NG][ATTN_CHUNK];
+    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * KSTR(HD)];
+    ATTN_QS(HD, NG);
+    __shared__ float sc[NG][SCSTR];
     __shared__ float mx[NG], sm[NG];
     int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, p = pos[m];
     int G = H / Hk;
@@ -329,11 +449,11 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     if (p < 0 || t0 > p) return;  // chunks past the row's position are never read by the combine
     int nt = min(ATTN_CHUNK, p + 1 - t0);
     long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
-    attn_load_tile<HD>(ks, vs, kc, vc, kv0, nt);
+    attn_load_tile<HD>(ks, vs, kc, vc, kv0, nt, nt);
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
-        qs[i / HD][i % HD] = bf2f(q[((long)m * H + kh * G) * HD + i]) * scale;
+        attn_put_q<HD>(qs, i / HD, i % HD, q[((long)m * H + kh * G) * HD + i], scale);
     attn_wait_k();
-    attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
+    attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G, scale);
     attn_wait_v();
     attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
@@ -410,20 +530,20 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
     constexpr int PT = 4;   // outputs per thread per round, their loads interleaved
     for (int i0 = 0; i0 < G * HD; i0 += PT * blockDim.x) {
         float a[PT];
-        const float* src[PT];
-        int gi[PT];
+        const float* row = part_acc + (long)m * H * n_chunks * HD;   // 32-bit offsets from it: fewer registers
+        int off[PT], gi[PT];
 #pragma unroll
         for (int k = 0; k < PT; k++) {
             int i = i0 + k * blockDim.x + threadIdx.x;
             int ok = i < G * HD;
             gi[k] = ok ? i / HD : 0;
-            src[k] = part_acc + ((long)m * H + h0 + gi[k]) * n_chunks * HD + (ok ? i % HD : 0);
+            off[k] = (h0 + gi[k]) * n_chunks * HD + (ok ? i % HD : 0);
             a[k] = 0.f;
         }
 #pragma unroll 4
         for (int c = 0; c < nc; c++) {
 #pragma unroll
-            for (int k = 0; k < PT; k++) a[k] += __ldcg(src[k] + (long)c * HD) * cm[gi[k] * MAX_NC + c];
+            for (int k = 0; k < PT; k++) a[k] += __ldcg(row + off[k] + c * HD) * cm[gi[k] * MAX_NC + c];
         }
 #pragma unroll
         for (int k = 0; k < PT; k++) {
@@ -481,34 +601,42 @@ INSTANTIATE_ATTN_G(128)
 // RoPE + KV write + attention in one launch (qkv straight from the matmul).
 // grid (chunks, kv heads, rows), ATTN_THREADS threads.  Rows of one sequence are P
 // consecutive rows with consecutive positions, so the sequence's first new
-// position is p - m % P.  Keys/values of positions before it come from the
+// position is p0 = p - m % P.  Keys/values of positions before p0 come from the
 // cache; those of this pass are computed here from qkv (the same rounding for
 // every block that needs them), and the block whose chunk holds the row's own
 // position writes that position's K and V into the cache for later passes.
+// early != 0 (set by the host only inside a captured pass): the chunk's cached rows are
+// requested before griddepcontrol.wait, so they travel while the QKV matmul ends.  Safe there:
+// positions before p0 and the pass's inputs pos / slot were written by earlier graph launches,
+// which end before this one starts.  (Not in eager passes: there a chain of small kernels that
+// start early could reach into the previous pass.)
 template <int HD, int NG, typename T>
 __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const float* cos_t, const float* sin_t,
                           bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, int* counters, bf16_t* out,
-                          int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox) {
-    PDL_ENTRY();
+                          int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox, int early) {
+    PDL_TRIGGER();
     __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * KSTR(HD)];
-    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * HD];
-    __shared__ __align__(16) float qs[NG][HD];
-    __shared__ float sc[NG][ATTN_CHUNK];
+    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * KSTR(HD)];
+    ATTN_QS(HD, NG);
+    __shared__ float sc[NG][SCSTR];
     __shared__ float mx[NG], sm[NG];
     __shared__ int last;
     const int half = HD / 2;
-    int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, p = pos[m];
-    int G = H / Hk;
-    int t0 = c * ATTN_CHUNK;
-    if (p < 0 && c == 0)
-        for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
-    if (p < 0 || t0 > p) return;
-    int nt = min(ATTN_CHUNK, p + 1 - t0);
-    int p0 = p - m % P;                       // first position of this pass for the row's sequence
-    int n_old = max(0, min(nt, p0 - t0));     // positions of this chunk already in the cache
-    long row_len = (long)(H + 2 * Hk) * HD;
-    long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
-    attn_load_tile<HD>(ks, vs, kc, vc, kv0, n_old);   // in flight during the RoPE work below
+    const int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, G = H / Hk, t0 = c * ATTN_CHUNK;
+    if (!early) PDL_WAIT();
+    const int p = pos[m];
+    if (p < 0 || t0 > p) {
+        if (early) PDL_WAIT();
+        if (p < 0 && c == 0)   // a padding row: zeros out
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
+        return;   // chunks past the row's position are never read by the combine
+    }
+    const int nt = min(ATTN_CHUNK, p + 1 - t0), p0 = p - m % P;
+    const int n_old = max(0, min(nt, p0 - t0));   // positions of this chunk already in the cache
+    const long row_len = (long)(H + 2 * Hk) * HD;
+    const long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
+    attn_load_tile<HD>(ks, vs, kc, vc, kv0, n_old, nt);   // in flight during the RoPE work below
+    if (early) PDL_WAIT();
     // this pass's keys (rotated) and values, from qkv rows m - (p - t)
     for (int i = threadIdx.x; i < (nt - n_old) * half; i += blockDim.x) {
         int t = t0 + n_old + i / half, j = i % half;
@@ -519,26 +647,26 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         ks[(t - t0) * KSTR(HD) + ia] = f2bf(ra);
         ks[(t - t0) * KSTR(HD) + ib] = f2bf(rb);
         long vsrc = (long)(m - (p - t)) * row_len + (long)(H + Hk + kh) * HD;
-        vs[(t - t0) * HD + ia] = f2bf(ld(qkv, vsrc + ia));
-        vs[(t - t0) * HD + ib] = f2bf(ld(qkv, vsrc + ib));
+        vs[(t - t0) * KSTR(HD) + ia] = f2bf(ld(qkv, vsrc + ia));
+        vs[(t - t0) * KSTR(HD) + ib] = f2bf(ld(qkv, vsrc + ib));
     }
-    // the row's query heads, rotated and scaled
+    // the row's query heads, rotated and rounded to bf16 as the separate RoPE kernel stores q
     for (int i = threadIdx.x; i < G * half; i += blockDim.x) {
         int g = i / half, j = i % half;
         int ia = neox ? j : 2 * j, ib = neox ? j + half : 2 * j + 1;
         long src = (long)m * row_len + (long)(kh * G + g) * HD;
         float ra, rb;
         rope_pair(ld(qkv, src + ia), ld(qkv, src + ib), cos_t[(long)p * half + j], sin_t[(long)p * half + j], ra, rb);
-        qs[g][ia] = bf2f(f2bf(ra)) * scale;   // rounded to bf16 as the separate RoPE kernel stores q
-        qs[g][ib] = bf2f(f2bf(rb)) * scale;
+        attn_put_q<HD>(qs, g, ia, f2bf(ra), scale);
+        attn_put_q<HD>(qs, g, ib, f2bf(rb), scale);
     }
     attn_wait_k();
     if (c == p / ATTN_CHUNK)   // this row's own position, for later passes
         for (int d = threadIdx.x; d < HD; d += blockDim.x) {
             kc[kv0 + (long)(p - t0) * HD + d] = ks[(p - t0) * KSTR(HD) + d];
-            vc[kv0 + (long)(p - t0) * HD + d] = vs[(p - t0) * HD + d];
+            vc[kv0 + (long)(p - t0) * HD + d] = vs[(p - t0) * KSTR(HD) + d];
         }
-    attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G);
+    attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G, scale);
     attn_wait_v();
     attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
@@ -546,9 +674,9 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         part_ml[o] = mx[threadIdx.x];
         part_ml[o + 1] = sm[threadIdx.x];
     }
-    __threadfence();
+    __threadfence();   // this block's partials are visible device-wide before it is counted
     __syncthreads();
-    int nc = p / ATTN_CHUNK + 1;
+    const int nc = p / ATTN_CHUNK + 1;
     if (threadIdx.x == 0) {
         int done = atomicAdd(&counters[m * Hk + kh], 1);
         last = done == nc - 1;
@@ -560,12 +688,20 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
     attn_combine_heads<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, (float*)ks);
 }
 
+// The tensor-core path at 4 blocks per SM: 64 registers instead of 72 (3 blocks per SM).  The
+// scalar path would spill there.
+#ifdef ATTN_MMA
+#define ATTN_ROPE_MINB 4
+#else
+#define ATTN_ROPE_MINB 1
+#endif
 #define INSTANTIATE_ATTN_ROPE(HD, NG, T, SUF)                                                           \
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_rope_##HD##_g##NG##_##SUF(const T* qkv,    \
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_##HD##_g##NG##_##SUF(const T* qkv, \
         const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, float* pa, \
         float* pml, int* counters, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P,       \
-        int neox) {                                                                                        \
-    attn_rope<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, out, H, Hk, ctx1, nch, scale, P, neox); }
+        int neox, int early) {                                                                             \
+    attn_rope<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, out, H, Hk, ctx1, nch, scale, P, neox, \
+                         early); }
 #define INSTANTIATE_ATTN_ROPE_G(HD, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 1, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 2, T, SUF) \
     INSTANTIATE_ATTN_ROPE(HD, 4, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 8, T, SUF)
 INSTANTIATE_ATTN_ROPE_G(64, bf16_t, bf16)

@@ -128,11 +128,12 @@ class CudaOps:
                 self._old.append(self.counters)
                 self.counters = torch.zeros(M * sh.n_kv_heads, dtype=torch.int32, device=q.device)
         if self.fused_rope:   # q is the matmul's qkv
+            early = int(torch.cuda.is_current_stream_capturing())   # see attn_rope in pti_ops.hip
             self.k.launch(f"attn_rope_{hd}_g{ng}_{_suffix(q)}", (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
                           [(q.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (m.kcache[layer], P),
                            (m.vcache[layer], P), (acc, P), (ml, P), (self.counters, P), (out, P), (H, I),
                            (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
-                           (int(sh.rope_neox), I)])
+                           (int(sh.rope_neox), I), (early, I)])
             return out
         if self.fused_attention:
             self.k.launch(f"attn_fused_{hd}_g{ng}", (nch, sh.n_kv_heads, M), (ATTN_THREADS,),

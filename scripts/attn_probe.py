@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""The fused attention of the synthetic 8b model alone, for a profiler: S sequences at position
+512 (the bench's decode), one launch per call, N calls after a warm-up.  Under ncu, for example:
+    ncu --clock-control none -k regex:attn_rope --launch-skip 3 --launch-count 1 \\
+        --section SpeedOfLight --section WarpStateStats --section Occupancy python3 scripts/attn_probe.py 16
+Without a profiler it prints us per launch (CUDA-graph replays of 32 launches, as the pass runs them)."""
+
+import sys
+import time
+
+import torch
+
+from pti_cli.bench import build_model
+from pti_cli.gpu_ops import CudaOps, kernel_backend
+
+
+def main() -> None:
+    S = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+    dev = torch.device("cuda")
+    ops, be = CudaOps(dev), kernel_backend(dev)
+    m = build_model("8b", dev, "a", S, 640, ops, be)
+    sh = m.shape
+    qkv = torch.randn(S, (sh.n_heads + 2 * sh.n_kv_heads) * sh.head_dim, device=dev).bfloat16()
+    pos = torch.full((S,), 512, dtype=torch.int32, device=dev)
+    slot = torch.arange(S, dtype=torch.int32, device=dev)
+    for cache in m.kcache + m.vcache:
+        cache.normal_()
+    for _ in range(5):
+        ops.attention(m, qkv, pos, slot, 0, S, 1)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(sh.n_layers):
+            ops.attention(m, qkv, pos, slot, i, S, 1)
+    g.replay()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(20):
+        g.replay()
+    torch.cuda.synchronize()
+    print(f"attention, {S} sequences at 512: {(time.perf_counter() - t) / 20 / sh.n_layers * 1e6:.2f} us per launch")
+
+
+if __name__ == "__main__":
+    main()
