@@ -16,6 +16,7 @@ weights, or the kernels backend's twin matmul.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from dataclasses import dataclass, field
@@ -460,9 +461,20 @@ class GpuModel:
             for _ in range(2):
                 self._run_bucket(b)
         torch.cuda.current_stream(self.device).wait_stream(side)
-        b.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(b.graph):
-            b.logits, b.next_ids = self._run_bucket(b)
+        # A garbage collection during the capture may free what an object out of use held (an
+        # earlier model's graphs, pinned buffers): calls that invalidate a capture.  Seen as
+        # CUDA_ERROR_STREAM_CAPTURE_INVALIDATED at a random launch after an earlier model was
+        # dropped (docs/perf.md, session 7).  So collect now, and not during the capture.
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            b.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(b.graph):
+                b.logits, b.next_ids = self._run_bucket(b)
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def start(self, seqs: Sequence[SeqRows]) -> Pending:
         """Launch one pass: its inputs copied in, its picks copied out, nothing waited for."""
