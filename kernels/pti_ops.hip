@@ -243,6 +243,7 @@ __device__ __forceinline__ unsigned attn_pack_bf16(float lo, float hi) {   // ro
 template <int HD, int NG>
 __device__ __forceinline__ void attn_scores(const bf16_t* ks, bf16_t (*qs)[KSTR(HD)], float (*sc)[SCSTR],
                                             float* mx, float* sm, int nt, int G, float scale) {
+    static_assert(ATTN_THREADS / WARP >= ATTN_CHUNK / 16, "a warp per 16 keys");
     const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     const int n = lane >> 2, k2 = 2 * (lane & 3);
     if (w < ATTN_CHUNK / 16 && 16 * w < nt) {
@@ -270,6 +271,7 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, bf16_t (*qs)[KSTR(
 template <int HD, int NG>
 __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* part_acc,
                                         long row_head0, int n_chunks, int c) {
+    static_assert(ATTN_THREADS / WARP >= HD / 16, "a warp per 16 dimensions");
     const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     if (w >= HD / 16) return;
     const int n = lane >> 2, k2 = 2 * (lane & 3);
