@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""The fused attention of the synthetic 8b model alone, for a profiler: S sequences at position
-512 (the bench's decode), one launch per call, N calls after a warm-up.  Under ncu, for example:
+"""The fused attention of the synthetic 8b model alone: S sequences at position 512 (the bench's
+decode), five eager launches (layer 0), then a CUDA graph of one launch per layer.  Under ncu, for
+example (the fourth eager launch):
     ncu --clock-control none -k regex:attn_rope --launch-skip 3 --launch-count 1 \\
         --section SpeedOfLight --section WarpStateStats --section Occupancy python3 scripts/attn_probe.py 16
-Without a profiler it prints us per launch (CUDA-graph replays of 32 launches, as the pass runs them)."""
+It prints us per launch: 20 replays of that graph, whose launches run as in a pass (early KV loads)."""
 
 import sys
 import time
