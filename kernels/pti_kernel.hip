@@ -188,18 +188,40 @@ PTI_GENERIC(pti_mmg_f16_out_t2, 1, 1, 2)
 // exact: the sign and magnitude placed under the exponent of 128 (bf16) or
 // 1024 (f16) give +-(C + |w|); adding -+C gives w.  2 PRMT + 4 LOP3 + 2 HFMA2
 // for 4 weights.
-// (KM, KS: the masks 0x807f807f and 0x80008000, held in registers by the
-// caller: ptxas otherwise rebuilds them for every use, LOP3 taking only one
-// immediate.)
+// PtiCvt: the masks 0x807f807f, C and 0x80008000 as run-time values held in registers by the
+// caller (made from a kernel argument that is always 0).  A LOP3 takes one immediate, so
+// (p & mask) | C is one instruction only with the mask and C both in registers; written in C,
+// ptxas folds the mask's making into the AND and needs a second LOP3 for the OR (3 LOP3 per
+// pair of weights instead of 2: scripts/sass_mix.py counts them), hence the lop3 in PTX.
+struct PtiCvt {
+    unsigned km, c, ks;
+};
 template <int TIN>
-__device__ __forceinline__ void pti_cvt4(unsigned w, unsigned& lo, unsigned& hi, unsigned KM, unsigned KS) {
+__device__ __forceinline__ PtiCvt pti_cvt_masks(unsigned zero) {
+    return {0x807f807fu ^ zero, (TIN == 0 ? 0x43004300u : 0x64006400u) ^ zero, 0x80008000u ^ zero};
+}
+// LEAN: v from the mask and an immediate C (two LOP3s: ptxas folds the mask into the first),
+// one register fewer, for the variants of many row tiles, whose registers are the limit and over
+// whose tiles the conversion is shared.
+template <int TIN, bool LEAN = false>
+__device__ __forceinline__ void pti_cvt4(unsigned w, unsigned& lo, unsigned& hi, const PtiCvt& k) {
     constexpr unsigned C = TIN == 0 ? 0x43004300u : 0x64006400u;      // +128 bf16 / +1024 f16
     constexpr unsigned ONE = TIN == 0 ? 0x3f803f80u : 0x3c003c00u;
     unsigned p01, p23;   // bytes e0, sign(e0), e1, sign(e1) (prmt's sign-replicate mode: selector bit 3)
     asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(p01) : "r"(w));
     asm("prmt.b32 %0, %1, 0, 0xb3a2;" : "=r"(p23) : "r"(w));
-    const unsigned v01 = (p01 & KM) | C, c01 = (p01 & KS) ^ (C | 0x80008000u);
-    const unsigned v23 = (p23 & KM) | C, c23 = (p23 & KS) ^ (C | 0x80008000u);
+    unsigned v01, v23, c01, c23;   // v = (p & km) | c, c = (p & ks) ^ (C | 0x80008000): one LOP3 each
+    if (LEAN) {
+        v01 = (p01 & k.km) | C;
+        v23 = (p23 & k.km) | C;
+        c01 = (p01 & k.ks) ^ (C | 0x80008000u);
+        c23 = (p23 & k.ks) ^ (C | 0x80008000u);
+    } else {
+        asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v01) : "r"(p01), "r"(k.km), "r"(k.c));
+        asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v23) : "r"(p23), "r"(k.km), "r"(k.c));
+        asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(c01) : "r"(p01), "r"(k.ks), "n"(C | 0x80008000u));
+        asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(c23) : "r"(p23), "r"(k.ks), "n"(C | 0x80008000u));
+    }
     if (TIN == 0) {
         asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(lo) : "r"(v01), "r"(ONE), "r"(c01));
         asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(hi) : "r"(v23), "r"(ONE), "r"(c23));
@@ -300,17 +322,17 @@ extern "C" __global__ void __launch_bounds__(256) pti_row_inv_rows(const float* 
 // acc = fma(scale, block sum, acc).  Every kernel variant calls exactly this.
 template <int TIN, int NTW, int RG, int MT>
 __device__ __forceinline__ void pti_block(const uint4 (&wv)[NTW][RG], const unsigned (&sv)[NTW][RG],
-                                          const uint4 (&xv)[NTW][MT], float* acc, unsigned KM, unsigned KS) {
+                                          const uint4 (&xv)[NTW][MT], float* acc, const PtiCvt& k) {
 #pragma unroll
     for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
         for (int r = 0; r < RG; ++r) {
             const uint4 w = wv[tw][r];
             unsigned g01, g23, g45, g67, h01, h23, h45, h67;  // row g / row g+8
-            pti_cvt4<TIN>(w.x, g01, g23, KM, KS);
-            pti_cvt4<TIN>(w.y, g45, g67, KM, KS);
-            pti_cvt4<TIN>(w.z, h01, h23, KM, KS);
-            pti_cvt4<TIN>(w.w, h45, h67, KM, KS);
+            pti_cvt4<TIN, (MT >= 4)>(w.x, g01, g23, k);
+            pti_cvt4<TIN, (MT >= 4)>(w.y, g45, g67, k);
+            pti_cvt4<TIN, (MT >= 4)>(w.z, h01, h23, k);
+            pti_cvt4<TIN, (MT >= 4)>(w.w, h45, h67, k);
             const float d_lo = pti_f16_to_f32((unsigned short)(sv[tw][r] & 0xffffu));
             const float d_hi = pti_f16_to_f32((unsigned short)(sv[tw][r] >> 16));
 #pragma unroll
@@ -444,7 +466,7 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
 // compute.
 template <int TIN, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int b0, int lane, float* acc,
-                                                 unsigned KM, unsigned KS) {
+                                                 const PtiCvt& k) {
     uint4 wv[U][NTW][RG], xv[U][NTW][MT];
     unsigned sv[U][NTW][RG];
 #pragma unroll
@@ -468,12 +490,17 @@ __device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
-        if (b0 + 8 * u < a.nb) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc, KM, KS);
+        if (b0 + 8 * u < a.nb) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc, k);
 }
 
 // The per-lane pointers of the unchecked main loop (weights, scales, activation
-// rows; xok: the activation row exists) and the loads of one whole step: U
-// blocks b, b+8, ... of this warp, in registers.
+// rows) and the loads of one whole step: U blocks b, b+8, ... of this warp, in
+// registers.  A lane whose activation row is past M reads row 0 instead: an MMA's
+// output column depends only on its own activation row, and the columns of rows
+// past M are never stored (pti_finish), so they need no zeros, and the loads no
+// predicate (a twin without rows is given the other twin's: launch_args).  Except
+// with 4 or more row tiles (xok: the row exists, zeros otherwise), where the
+// unpredicated loads cost ptxas registers it does not have.
 template <int NTW, int RG, int MT>
 struct PtiPtrs {
     const uint4* q[NTW][RG];
@@ -501,7 +528,8 @@ __device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, con
         for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
-                st.x[u][tw][mt] = p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4) : make_uint4(0, 0, 0, 0);
+                st.x[u][tw][mt] = MT < 4 || p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)
+                                                          : make_uint4(0, 0, 0, 0);
 }
 template <int J, bool XFIRST, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_load_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
@@ -535,10 +563,10 @@ __device__ __forceinline__ void pti_advance(PtiPtrs<NTW, RG, MT>& p) {
 
 // The arithmetic of one loaded step, its blocks in order.
 template <int TIN, int NTW, int RG, int MT, int U>
-__device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& st, float* acc, unsigned KM,
-                                                 unsigned KS) {
+__device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& st, float* acc,
+                                                 const PtiCvt& k) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT>(st.w[u], st.s[u], st.x[u], acc, KM, KS);
+    for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT>(st.w[u], st.s[u], st.x[u], acc, k);
 }
 
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
@@ -554,10 +582,8 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.x;
     pti_pdl_trigger();
-    // The cvt masks as run-time values (vec_ok is 0 or 1, so the shift gives 0), so
-    // that ptxas keeps them in registers instead of rebuilding them for every LOP3.
-    const unsigned zero = (unsigned)a.vec_ok >> 31;
-    const unsigned KM = 0x807f807fu ^ zero, KS = 0x80008000u ^ zero;
+    // The cvt masks as run-time values (vec_ok is 0 or 1, so the shift gives 0): PtiCvt.
+    const PtiCvt k = pti_cvt_masks<TIN>((unsigned)a.vec_ok >> 31);
     float acc[S * 4];
 #pragma unroll
     for (int i = 0; i < S * 4; ++i) acc[i] = 0.f;
@@ -588,7 +614,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             PtiStep<NTW, RG, MT, U> A;
             pti_load_step<0, false>(A, p);
             pti_advance<1, U>(p);
-            pti_compute_step<TIN>(A, acc, KM, KS);
+            pti_compute_step<TIN>(A, acc, k);
         }
     } else {
         // Two buffers, unrolled by two so that no registers are copied: step i+1's loads are
@@ -600,21 +626,21 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         int i = 0;
         for (; i + 2 < nsteps; i += 2) {        // A holds step i, at the pointers
             pti_load_step<1, XF>(B, p);
-            pti_compute_step<TIN>(A, acc, KM, KS);
+            pti_compute_step<TIN>(A, acc, k);
             pti_load_step<2, XF>(A, p);
-            pti_compute_step<TIN>(B, acc, KM, KS);
+            pti_compute_step<TIN>(B, acc, k);
             pti_advance<2, U>(p);
         }
         if (i + 1 < nsteps) {                   // two steps left
             pti_load_step<1, XF>(B, p);
-            pti_compute_step<TIN>(A, acc, KM, KS);
-            pti_compute_step<TIN>(B, acc, KM, KS);
+            pti_compute_step<TIN>(A, acc, k);
+            pti_compute_step<TIN>(B, acc, k);
         } else if (i < nsteps) {                // one
-            pti_compute_step<TIN>(A, acc, KM, KS);
+            pti_compute_step<TIN>(A, acc, k);
         }
     }
     for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
-        pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, KM, KS);
+        pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, k);
     pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
 }
 

@@ -3,8 +3,9 @@
 with that tree first on the path, ms per pass of plain decoding on the synthetic 8b model
 (`decode_greedy`, 64 passes from position 512, after a warm-up): one sequence, 16, 32, and two
 distinct twins at two sequences; and ms of one sequence's 512-token prefill (the second one).  Trees: folders holding pti_cli/ and kernels/ (e.g. from
-`git archive COMMIT pti_cli kernels`).
-    python3 scripts/pass_ab.py TREE [TREE ...]"""
+`git archive COMMIT pti_cli kernels`), each optionally followed by environment settings for its
+process (`TREE,PTI_RING=0`).
+    python3 scripts/pass_ab.py TREE[,VAR=VALUE...] [TREE ...]"""
 
 import os
 import subprocess
@@ -41,14 +42,16 @@ print(" | ".join(out))
 
 
 def main() -> None:
-    for tree in sys.argv[1:]:
+    for arg in sys.argv[1:]:
+        tree, *settings = arg.split(",")
         env = dict(os.environ, PYTHONPATH=os.path.abspath(tree) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.update(kv.split("=", 1) for kv in settings)
         res = subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True, text=True,
                              cwd=os.path.abspath(tree))   # the tree's pti_cli first, not the checkout's
         if res.returncode:
-            print(f"{tree}: failed\n{res.stderr[-3000:]}", flush=True)
+            print(f"{arg}: failed\n{res.stderr[-3000:]}", flush=True)
         else:
-            print(f"{tree}: ms per pass (min of 3 x 64 passes): {res.stdout.strip().splitlines()[-1]}", flush=True)
+            print(f"{arg}: ms per pass (min of 3 x 64 passes): {res.stdout.strip().splitlines()[-1]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -246,7 +246,13 @@ class KernelBackend(Backend):
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor],
                     epi: Epilogue | None = None):
-        """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin."""
+        """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin (not
+        for all: the tensor-core kernels read row 0 of each twin's activations unconditionally, so
+        a twin without rows is given the other twin's)."""
+        if not any(x.shape[0] for x in xs):
+            raise PtiError(f"{name}: a launch needs at least one activation row")
+        some = next(x for x in xs if x.shape[0]).data_ptr()
+        xp = [x.data_ptr() if x.shape[0] else some for x in xs] + [0]   # (an empty tensor's pointer is 0)
         p0 = packs[0]
         g, nb = p0.q.shape[:2]
         rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
@@ -257,7 +263,7 @@ class KernelBackend(Backend):
             return t.data_ptr() if t is not None else 0
         pb = packs[1] if len(packs) > 1 else None
         vals = (ptr(p0.q), ptr(p0.s), ptr(pb.q if pb else None), ptr(pb.s if pb else None),
-                ptr(xs[0]), ptr(xs[1] if len(xs) > 1 else None), ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
+                xp[0], xp[1], ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
                 ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows // 2 if "_glu_" in name else p0.rows, vec_ok)
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
         if name.startswith("pti_mm_"):   # the tensor-core kernels' epilogue arguments

@@ -240,6 +240,26 @@ def test_every_variant_gives_the_same_bits(backend, k):
                     assert torch.equal(ys[tw][i].view(torch.int32), one[0].view(torch.int32)), (v, m, i)
 
 
+def test_twin_launch_with_one_twin_empty(backend):
+    """A twin kernel launched with rows for one twin only computes that twin's rows right (the
+    kernels read each twin's row 0 unconditionally: the empty twin is given the other's), and a
+    launch without any row is refused."""
+    from pti_cli.errors import PtiError
+    n, k = 300, 4096
+    mats = [rand_q8(n, k), rand_q8(n, k)]
+    w = load(backend, mats, k)
+    for name in ("pti_mm_bf16_f32_t2_r1_m1_u2", "pti_mm_bf16_f32_t2_r1_m1_u2_p1"):
+        for full in (0, 1):
+            m = int(torch.randint(1, 9, (1,), generator=GEN))
+            xs = [rand_x(m if tw == full else 0, k, torch.bfloat16) for tw in range(2)]
+            ys = [poisoned(m if tw == full else 0, n, torch.float32) for tw in range(2)]
+            backend.launch(w.packs[:2], xs, ys, name)
+            check_close(ys[full], xs[full], *mats[full], k)
+    with pytest.raises(PtiError, match="at least one activation row"):
+        backend.launch(w.packs[:1], [rand_x(0, k, torch.bfloat16)], [poisoned(0, n, torch.float32)],
+                       "pti_mm_bf16_f32_t1_r1_m1_u4")
+
+
 def test_dependent_chain_with_programmatic_launch(backend):
     """Six dependent matmuls (each reads the previous one's output) in one CUDA graph, launched
     with programmatic dependent launch where the card has it: every kernel must wait for its

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Instruction mix of the matmul kernels' main loops, on the CPU: compile kernels/pti_kernel.hip of a
+tree for sm_90 through NVRTC, disassemble it with nvdisasm, and print per kernel its registers,
+spills and the instructions of its main loop (the shortest loop holding both an MMA and a
+streaming weight load), by opcode.  The kernels are bound by instruction issue (docs/perf.md), so
+this is the count to lower.  nvdisasm: on PATH, or NVDISASM=path (e.g. from the
+nvidia-cuda-nvdisasm wheel; not a project dependency).
+    python3 scripts/sass_mix.py [--tree DIR] [--dump] KERNEL [KERNEL ...]
+    e.g. python3 scripts/sass_mix.py pti_mm_bf16_out_t1_r1_m1_u4 pti_mm_bf16_out_t1_r1_m2_u1_p1"""
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def functions(sass: str) -> tuple[dict, dict]:
+    """nvdisasm text -> {kernel: [(address, instruction)]}, {kernel: {label: address}}."""
+    funcs, labels, cur, lab, pending = {}, {}, None, {}, []
+    for line in sass.splitlines():
+        m = re.match(r"\.text\.(\w+):", line)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+            lab = labels.setdefault(m.group(1), {})
+            continue
+        m = re.match(r"(\.L_x_\d+):", line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = re.match(r"\s+/\*([0-9a-f]{4,5})\*/\s+(.*?)\s*;", line)
+        if m and cur is not None:
+            addr = int(m.group(1), 16)
+            lab.update((p, addr) for p in pending)
+            pending = []
+            cur.append((addr, m.group(2).strip()))
+    return funcs, labels
+
+
+def main_loop(ins: list, lab: dict) -> list:
+    loops = []
+    for addr, text in ins:
+        target = re.findall(r"(\.L_x_\d+)", text) if "BRA" in text else []
+        start = lab.get(target[-1]) if target else None
+        if start is not None and start < addr:
+            body = [x for x in ins if start <= x[0] <= addr]
+            if any("HMMA" in t for _, t in body) and any(".NA." in t for _, t in body):
+                loops.append(body)
+    return min(loops, key=len) if loops else []
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]))
+    ap.add_argument("--dump", action="store_true", help="print the loop's instructions too")
+    ap.add_argument("kernels", nargs="+")
+    args = ap.parse_args()
+    nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
+    if not nvdisasm:
+        print("sass_mix: nvdisasm not found (PATH or NVDISASM=...)", file=sys.stderr)
+        return 2
+    sys.path.insert(0, args.tree)
+    from pti_cli.backends.compile import compile_nvrtc
+    out = compile_nvrtc((Path(args.tree) / "kernels" / "pti_kernel.hip").read_text(), "sm_90")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(out.binary)
+        f.flush()
+        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    funcs, labels = functions(sass)
+    for name in args.kernels:
+        if name not in funcs:
+            print(f"{name}: no such kernel")
+            continue
+        body = main_loop(funcs[name], labels[name])
+        mix = collections.Counter()
+        for _, text in body:
+            op = text.split()
+            mix[(op[1] if op[0].startswith("@") else op[0]).split(".")[0]] += 1
+        if args.dump:
+            print("\n".join(t for _, t in body))
+        r = out.resources[name]
+        print(f"{name}: {r['registers']} registers, {r['spill_stores']} bytes spilled; main loop "
+              f"{len(body)} instructions, {mix['HMMA']} MMAs: " + " ".join(f"{k}:{v}" for k, v in mix.most_common()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
