@@ -4,7 +4,7 @@ with that tree first on the path, ms per pass of plain decoding on the synthetic
 (`decode_greedy`, 64 passes from position 512, after a warm-up): one sequence, 16, 32, and two
 distinct twins at two sequences; and ms of one sequence's 512-token prefill (the second one).  Trees: folders holding pti_cli/ and kernels/ (e.g. from
 `git archive COMMIT pti_cli kernels`), each optionally followed by environment settings for its
-process (`TREE,PTI_RING=0`).
+process (`TREE,PTI_PDL=0`).
     python3 scripts/pass_ab.py TREE[,VAR=VALUE...] [TREE ...]"""
 
 import os

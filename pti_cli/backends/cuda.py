@@ -246,9 +246,9 @@ class KernelBackend(Backend):
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor],
                     epi: Epilogue | None = None):
-        """(grid, argument values, ctypes types) of one kernel launch; rows may be 0 for a twin (not
-        for all: the tensor-core kernels read row 0 of each twin's activations unconditionally, so
-        a twin without rows is given the other twin's)."""
+        """(grid, argument values, ctypes types) of one kernel launch.  One twin may have no rows, not
+        both; the tensor-core kernels read row 0 of each twin's activations unconditionally, so a twin
+        without rows is given the other twin's pointer."""
         if not any(x.shape[0] for x in xs):
             raise PtiError(f"{name}: a launch needs at least one activation row")
         some = next(x for x in xs if x.shape[0]).data_ptr()
