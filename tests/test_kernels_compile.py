@@ -190,3 +190,21 @@ def test_variant_names_match_the_kernel_source():
         assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
         assert minb in (1, 2, 3), v
         assert split_variant(f"pti_mm_bf16_f32_{v}".split("_", 4)[4]) == split_variant(v)
+
+
+def test_variant_overrides_from_the_environment(monkeypatch):
+    """PTI_VARIANTS replaces chosen entries of the variant policy (for A/B runs) and refuses a
+    name that is not a kernel variant."""
+    from pti_cli.backends.cuda import variant_for
+    from pti_cli.errors import PtiError
+
+    base = [variant_for(1, m, w) for m in (1, 16) for w in (False, True)]
+    twins = variant_for(2, 3)
+    monkeypatch.setenv("PTI_VARIANTS", "1:16:w=t1_r1_m2_u4;1:8:n=t1_r1_m1_u8")
+    assert [variant_for(1, m, w) for m in (1, 16) for w in (False, True)] == \
+        ["t1_r1_m1_u8", base[1], base[2], "t1_r1_m2_u4"]
+    assert variant_for(2, 3) == twins   # entries not named keep the policy
+    for bad in ("1:16:w=t9_r1_m2_u4", "1:16=t1_r1_m2_u4", "1:16:x=t1_r1_m2_u4"):
+        monkeypatch.setenv("PTI_VARIANTS", bad)
+        with pytest.raises(PtiError, match="PTI_VARIANTS"):
+            variant_for(1, 16, True)

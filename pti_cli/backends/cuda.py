@@ -16,6 +16,7 @@ bits never depend on M.  More than 64 rows go in chunks of 64.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from dataclasses import dataclass, field
 
@@ -69,11 +70,27 @@ class KernelMatrix:
         return sum(p.nbytes for p in self.packs)
 
 
+@functools.lru_cache(maxsize=8)
+def _overrides(spec: str) -> dict[str, str]:
+    """PTI_VARIANTS ("1:16:w=t1_r1_m2_u4;1:8:n=t1_r1_m1_u8") -> {"1:16:w": "t1_r1_m2_u4", ...}."""
+    out = {}
+    for item in filter(None, spec.split(";")):
+        key, _, name = item.partition("=")
+        if name not in all_variants() or len(key.split(":")) != 3 or key.split(":")[2] not in ("w", "n"):
+            raise PtiError(f"PTI_VARIANTS: {item!r} is not TWINS:ROWS:w|n=VARIANT with a variant of {all_variants()}")
+        out[key] = name
+    return out
+
+
 def variant_for(twins: int, m: int, wide: bool = False) -> str:
-    """The variant for m rows; `wide`: a matrix of many row groups per SM."""
+    """The variant for m rows; `wide`: a matrix of many row groups per SM.  PTI_VARIANTS overrides
+    entries of TC_VARIANTS for A/B runs (`scripts/pass_ab.py TREE,PTI_VARIANTS=...`):
+    "1:16:w=t1_r1_m2_u4;1:8:n=t1_r1_m1_u8" (twins:row limit:w(ide) or n(arrow)=variant); every
+    variant gives the same bits, so this changes only speed."""
+    over = _overrides(os.environ.get("PTI_VARIANTS", ""))
     for limit, name, wide_name in TC_VARIANTS[twins]:
         if m <= limit:
-            return wide_name if wide else name
+            return over.get(f"{twins}:{limit}:{'w' if wide else 'n'}", wide_name if wide else name)
     raise AssertionError(m)
 
 
