@@ -36,8 +36,9 @@ ATTN_CHUNK = 64                  # KV positions per attention block: fixed, so r
 # 1.65-2.31 at 32.  Drafts are cut so that a pass, padded to its graph bucket, stays within it.
 FREE_ROWS = 8
 # A scaled matmul of more rows takes each row's inv from one small launch (KernelLinear.scaled):
-# every CTA summing 1 KB of partials per row costs more than that launch past a few rows (perf.md).
-INV_IN_EPILOGUE_ROWS = 16
+# every CTA summing 1 KB of partials per row costs more than that launch past a few rows (perf.md,
+# sessions 6 and 9).
+INV_IN_EPILOGUE_ROWS = 8
 RING = 3   # passes of one bucket whose picks may be in flight (launched, not yet read) at once
 
 

@@ -188,7 +188,7 @@ def test_variant_names_match_the_kernel_source():
     for v in all_variants():
         *args, minb = inst[v]
         assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
-        assert minb in (1, 2, 3), v
+        assert minb in (1, 2, 3, 4), v
         assert split_variant(f"pti_mm_bf16_f32_{v}".split("_", 4)[4]) == split_variant(v)
 
 
@@ -198,13 +198,26 @@ def test_variant_overrides_from_the_environment(monkeypatch):
     from pti_cli.backends.cuda import variant_for
     from pti_cli.errors import PtiError
 
-    base = [variant_for(1, m, w) for m in (1, 16) for w in (False, True)]
+    base = [variant_for(1, m, w) for m in (1, 16) for w in "nwx"]
     twins = variant_for(2, 3)
-    monkeypatch.setenv("PTI_VARIANTS", "1:16:w=t1_r1_m2_u4;1:8:n=t1_r1_m1_u8")
-    assert [variant_for(1, m, w) for m in (1, 16) for w in (False, True)] == \
-        ["t1_r1_m1_u8", base[1], base[2], "t1_r1_m2_u4"]
+    monkeypatch.setenv("PTI_VARIANTS", "1:16:w=t1_r1_m2_u4;1:8:n=t1_r1_m1_u8;1:16:x=t1_r1_m2_u3")
+    assert [variant_for(1, m, w) for m in (1, 16) for w in "nwx"] == \
+        ["t1_r1_m1_u8", base[1], base[2], base[3], "t1_r1_m2_u4", "t1_r1_m2_u3"]
     assert variant_for(2, 3) == twins   # entries not named keep the policy
-    for bad in ("1:16:w=t9_r1_m2_u4", "1:16=t1_r1_m2_u4", "1:16:x=t1_r1_m2_u4"):
+    for bad in ("1:16:w=t9_r1_m2_u4", "1:16=t1_r1_m2_u4", "1:16:y=t1_r1_m2_u4"):
         monkeypatch.setenv("PTI_VARIANTS", bad)
         with pytest.raises(PtiError, match="PTI_VARIANTS"):
-            variant_for(1, 16, True)
+            variant_for(1, 16, "w")
+
+
+def test_width_classes_pick_the_policy():
+    """Matrices are put in width classes by row groups per SM, and an entry without an extra-wide
+    variant uses its wide one there."""
+    from pti_cli.backends.cuda import TC_VARIANTS, WIDTHS, variant_for, width_class
+
+    assert [width_class(g) for g in (0.5, WIDTHS["w"] - 0.01, WIDTHS["w"], WIDTHS["x"] - 0.01, WIDTHS["x"], 99)] \
+        == ["n", "n", "w", "w", "x", "x"]
+    for twins, entries in TC_VARIANTS.items():
+        for limit, names in entries:
+            assert variant_for(twins, limit, "x") == names.get("x", names["w"])
+            assert variant_for(twins, limit, "n") == names["n"]

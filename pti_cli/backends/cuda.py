@@ -31,21 +31,26 @@ MAX_ROWS = 64          # rows per launch (8 tiles of 8)
 THREADS = 256
 TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 
-# (twins, max rows) -> kernel suffix "t{twins}_r{row groups per CTA}_m{row tiles}_u{blocks per step}"
-# (kernels/pti_kernel.hip), chosen from `pti bench --kernels` (docs/perf.md): the first for matrices
-# of few row groups, the second (fewer registers, 3 CTAs per SM) for at least WIDE_ROW_GROUPS_PER_SM
-# row groups per SM, e.g. 6144 or 28672 rows on an H200.  Twins with more than 8 rows go as two
-# one-twin launches (measured faster): the same bytes, the same per-row arithmetic.
+# (twins, max rows) -> kernel suffixes "t{twins}_r{row groups per CTA}_m{row tiles}_u{blocks per step}"
+# (kernels/pti_kernel.hip) by the matrix's width in row groups of 16 per SM, chosen from `pti bench
+# --kernels` and pass A/B runs (docs/perf.md): "n" (narrow) below WIDTHS["w"] row groups per SM, "w"
+# (wide: fewer registers, 3 or more CTAs per SM, e.g. 6144 or 28672 rows on an H200) from there, "x"
+# (extra wide, e.g. 28672 rows) from WIDTHS["x"]; an entry without "x" uses "w" there.  Twins with
+# more than 8 rows go as two one-twin launches (measured faster): the same bytes, the same per-row
+# arithmetic.
 TC_VARIANTS = {
-    1: ((8, "t1_r1_m1_u4_p1", "t1_r1_m1_u4"), (16, "t1_r1_m2_u4", "t1_r1_m2_u1_p1"), (32, "t1_r1_m4_u2", "t1_r1_m4_u1"),
-        (64, "t1_r1_m8_u1", "t1_r1_m8_u1")),
-    2: ((8, "t2_r1_m1_u2_p1", "t2_r1_m1_u2"),),
+    1: ((8, {"n": "t1_r1_m1_u4_p1", "w": "t1_r1_m1_u4"}),
+        (16, {"n": "t1_r1_m2_u2_p1", "w": "t1_r1_m2_u1_p1", "x": "t1_r1_m2_u1"}),
+        (32, {"n": "t1_r1_m4_u2", "w": "t1_r1_m4_u1"}),
+        (64, {"n": "t1_r1_m8_u1", "w": "t1_r1_m8_u1"})),
+    2: ((8, {"n": "t2_r1_m1_u4", "w": "t2_r1_m1_u2"}),),
 }
-WIDE_ROW_GROUPS_PER_SM = 2.5
+WIDTHS = {"w": 2.5, "x": 8.0}
 # Loaded and benchmarkable, but not in the policy above ("_p1" in the policy: the software-pipelined
 # main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
-                  "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u4", "t1_r1_m2_u3")
+                  "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u2_p1", "t1_r1_m2_u3",
+                  "t1_r1_m2_u4")
 TWIN_KERNEL_MAX_ROWS = 8
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -76,26 +81,32 @@ def _overrides(spec: str) -> dict[str, str]:
     out = {}
     for item in filter(None, spec.split(";")):
         key, _, name = item.partition("=")
-        if name not in all_variants() or len(key.split(":")) != 3 or key.split(":")[2] not in ("w", "n"):
-            raise PtiError(f"PTI_VARIANTS: {item!r} is not TWINS:ROWS:w|n=VARIANT with a variant of {all_variants()}")
+        if name not in all_variants() or len(key.split(":")) != 3 or key.split(":")[2] not in ("n", "w", "x"):
+            raise PtiError(f"PTI_VARIANTS: {item!r} is not TWINS:ROWS:n|w|x=VARIANT with a variant of {all_variants()}")
         out[key] = name
     return out
 
 
-def variant_for(twins: int, m: int, wide: bool = False) -> str:
-    """The variant for m rows; `wide`: a matrix of many row groups per SM.  PTI_VARIANTS overrides
-    entries of TC_VARIANTS for A/B runs (`scripts/pass_ab.py TREE,PTI_VARIANTS=...`):
-    "1:16:w=t1_r1_m2_u4;1:8:n=t1_r1_m1_u8" (twins:row limit:w(ide) or n(arrow)=variant); every
-    variant gives the same bits, so this changes only speed."""
+def width_class(groups_per_sm: float) -> str:
+    """"n", "w" or "x" (TC_VARIANTS) for a matrix of that many row groups of 16 per SM."""
+    return "x" if groups_per_sm >= WIDTHS["x"] else "w" if groups_per_sm >= WIDTHS["w"] else "n"
+
+
+def variant_for(twins: int, m: int, width: str = "n") -> str:
+    """The variant for m rows of a matrix of width class `width` ("n", "w", "x": width_class).
+    PTI_VARIANTS overrides entries of TC_VARIANTS for A/B runs (`scripts/pass_ab.py
+    TREE,PTI_VARIANTS=...`): "1:16:w=t1_r1_m2_u4;1:8:n=t1_r1_m1_u8" (twins:row limit:width=variant);
+    every variant gives the same bits, so this changes only speed."""
     over = _overrides(os.environ.get("PTI_VARIANTS", ""))
-    for limit, name, wide_name in TC_VARIANTS[twins]:
+    for limit, names in TC_VARIANTS[twins]:
         if m <= limit:
-            return over.get(f"{twins}:{limit}:{'w' if wide else 'n'}", wide_name if wide else name)
+            default = names.get(width) or names["w"]
+            return over.get(f"{twins}:{limit}:{width}", default)
     raise AssertionError(m)
 
 
 def all_variants() -> list[str]:
-    return sorted({v for vs in TC_VARIANTS.values() for _, a, b in vs for v in (a, b)} | set(EXTRA_VARIANTS))
+    return sorted({v for vs in TC_VARIANTS.values() for _, names in vs for v in names.values()} | set(EXTRA_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
@@ -258,8 +269,7 @@ class KernelBackend(Backend):
         tag = ACT_TAGS[act] + ("_glu" if glu else "_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
-        wide = rows / 16 >= WIDE_ROW_GROUPS_PER_SM * self.sm_count
-        return f"pti_mm_{tag}_{variant or variant_for(twins, m, wide)}"
+        return f"pti_mm_{tag}_{variant or variant_for(twins, m, width_class(rows / 16 / self.sm_count))}"
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor],
                     epi: Epilogue | None = None):
