@@ -661,7 +661,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 // Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}[_p1].  The host
 // (pti_cli/backends/cuda.py) picks one per call from M and the matrix's rows; 24.5 KB of dynamic
 // shared memory (pti_finish: the reduction, the rows' inv, the residual's new values).  The last number is MINB, the CTAs per SM that
-// __launch_bounds__ asks registers for (4: <= 64 registers, 3: <= 80, 2: <= 128, 1: <= 255).
+// __launch_bounds__ asks registers for (5: <= 48 registers, 4: <= 64, 3: <= 80, 2: <= 128, 1: <= 255).
 // "_p1": the software-pipelined main loop (PF = 1), at the MINB given here (one
 // MINB per name).
 #define PTI_TC_ALL(TAG, TIN, TOUT)                                     \
@@ -687,7 +687,8 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p1, TIN, TOUT, 2, 1, 1, 2, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1, TIN, TOUT, 1, 1, 2, 1, 0, 4)    \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u2_p1, TIN, TOUT, 1, 1, 2, 2, 1, 2)
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u2_p1, TIN, TOUT, 1, 1, 2, 2, 1, 2) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2, TIN, TOUT, 1, 1, 1, 2, 0, 5)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

@@ -39,7 +39,7 @@ TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 # more than 8 rows go as two one-twin launches (measured faster): the same bytes, the same per-row
 # arithmetic.
 TC_VARIANTS = {
-    1: ((8, {"n": "t1_r1_m1_u4_p1", "w": "t1_r1_m1_u4"}),
+    1: ((8, {"n": "t1_r1_m1_u4_p1", "w": "t1_r1_m1_u4", "x": "t1_r1_m1_u2"}),
         (16, {"n": "t1_r1_m2_u2_p1", "w": "t1_r1_m2_u1_p1", "x": "t1_r1_m2_u1"}),
         (32, {"n": "t1_r1_m4_u2", "w": "t1_r1_m4_u1"}),
         (64, {"n": "t1_r1_m8_u1", "w": "t1_r1_m8_u1"})),
