@@ -6,8 +6,8 @@ CUDA-graph capture), and launched with cuLaunchKernel on the stream torch is
 using at that moment, with torch tensors' device pointers: a pass made of these
 launches can be captured in a CUDA graph.
 
-Kernel choice depends on M (the activation rows) and on the matrix's number of
-rows (matrices of many row groups per SM take variants that fit 3 CTAs per SM);
+Kernel choice depends on M (the activation rows) and on the matrix's width class
+(row groups per SM: wider matrices take variants of fewer registers, more CTAs per SM);
 every variant computes each output element in the same order
 (kernels/pti_kernel.hip, top comment), so results are batch-invariant: a row's
 bits never depend on M.  More than 64 rows go in chunks of 64.
@@ -33,9 +33,10 @@ TWIN_IDS = {"a": (0,), "b": (1,), "ab": (0, 1)}
 
 # (twins, max rows) -> kernel suffixes "t{twins}_r{row groups per CTA}_m{row tiles}_u{blocks per step}"
 # (kernels/pti_kernel.hip) by the matrix's width in row groups of 16 per SM, chosen from `pti bench
-# --kernels` and pass A/B runs (docs/perf.md): "n" (narrow) below WIDTHS["w"] row groups per SM, "w"
-# (wide: fewer registers, 3 or more CTAs per SM, e.g. 6144 or 28672 rows on an H200) from there, "x"
-# (extra wide, e.g. 28672 rows) from WIDTHS["x"]; an entry without "x" uses "w" there.  Twins with
+# --kernels` and pass A/B runs (docs/perf.md): "n" (narrow, e.g. 4096 rows on an H200) below
+# WIDTHS["w"] row groups per SM, "w" (wide, e.g. 6144 rows: fewer registers, 3 CTAs per SM) from
+# there, "x" (extra wide, e.g. 28672 rows and the output head: 4 or 5 CTAs per SM) from WIDTHS["x"];
+# an entry without "x" uses "w" there.  Twins with
 # more than 8 rows go as two one-twin launches (measured faster): the same bytes, the same per-row
 # arithmetic.
 TC_VARIANTS = {
