@@ -60,8 +60,8 @@ __device__ __forceinline__ unsigned short pti_f32_to_f16(float f) {
 // once (the next kernel's CTAs may then be scheduled as this grid's retire,
 // hiding the launch gap) and reads or writes global memory only after
 // pti_pdl_wait(), which returns once the previous grid has completed and its
-// writes are visible.  (Loading or L2-prefetching weights before the wait is
-// allowed, weights never change, but measured no gain: docs/perf.md.)
+// writes are visible, except the pipelined variants' first step of weights (weights never
+// change; pti_mm_tc).
 __device__ __forceinline__ void pti_pdl_trigger() {
 #if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -531,9 +531,8 @@ __device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, con
                 st.x[u][tw][mt] = MT < 4 || p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)
                                                           : make_uint4(0, 0, 0, 0);
 }
-template <int J, bool XFIRST, int NTW, int RG, int MT, int U>
-__device__ __forceinline__ void pti_load_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
-    if (XFIRST) pti_load_x_step<J>(st, p);
+template <int J, int NTW, int RG, int MT, int U>
+__device__ __forceinline__ void pti_load_w_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -543,6 +542,11 @@ __device__ __forceinline__ void pti_load_step(PtiStep<NTW, RG, MT, U>& st, const
                 st.w[u][tw][r] = pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);
                 st.s[u][tw][r] = __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);
             }
+}
+template <int J, bool XFIRST, int NTW, int RG, int MT, int U>
+__device__ __forceinline__ void pti_load_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
+    if (XFIRST) pti_load_x_step<J>(st, p);
+    pti_load_w_step<J>(st, p);
     if (!XFIRST) pti_load_x_step<J>(st, p);
 }
 
@@ -608,21 +612,26 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
                                          warp * 32 + 8 * (lane & 3));
         }
     }
-    pti_pdl_wait();   // activations only after the previous kernel is done (weights could go before: measured no gain)
+    // PF = 1: the first step's weights are requested before the wait (weights never change, so
+    // they may travel while the previous kernel ends); activations only after it is done.  (Not
+    // with PF = 0: no gain at one row there, and spills in the register-tight variants: docs/perf.md.)
+    PtiStep<NTW, RG, MT, U> A;
+    if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
+    pti_pdl_wait();
     if (PF == 0) {
         for (int i = 0; i < nsteps; ++i) {
-            PtiStep<NTW, RG, MT, U> A;
-            pti_load_step<0, false>(A, p);
+            PtiStep<NTW, RG, MT, U> C;
+            pti_load_step<0, false>(C, p);
             pti_advance<1, U>(p);
-            pti_compute_step<TIN>(A, acc, k);
+            pti_compute_step<TIN>(C, acc, k);
         }
     } else {
         // Two buffers, unrolled by two so that no registers are copied: step i+1's loads are
         // issued before step i is computed, so a warp always has a step in flight.  The loop
         // has no branches around loads; the last one or two steps are computed after it.
         constexpr bool XF = NTW == 2 && U > 1;   // see pti_load_step
-        PtiStep<NTW, RG, MT, U> A, B;
-        if (nsteps > 0) pti_load_step<0, XF>(A, p);
+        PtiStep<NTW, RG, MT, U> B;
+        if (nsteps > 0) pti_load_x_step<0>(A, p);
         int i = 0;
         for (; i + 2 < nsteps; i += 2) {        // A holds step i, at the pointers
             pti_load_step<1, XF>(B, p);
