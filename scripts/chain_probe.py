@@ -2,8 +2,10 @@
 """The floor of one kernel per matrix (GPU machine): the 8b pass's weight reads (QKV, O, gate/up,
 down per layer, 32 layers, then the output head) as a CUDA graph of read-only kernels with the
 matmuls' memory pattern and no arithmetic, chained with programmatic dependent launch as the pass
-is.  Compared with one streaming kernel over the same bytes, it says how much of the pass's matmul
-time above the byte floor is the kernel boundaries themselves.
+is; and one persistent kernel reading the same matrices with a grid barrier between them.  Compared
+with one streaming kernel over the same bytes, it says what a dependency per matrix costs by itself
+(docs/perf.md, session 10, item 3).  Then each matrix shape alone, its copies chained (the setting of
+`pti bench --kernels`).
     python3 scripts/chain_probe.py"""
 
 import ctypes
