@@ -44,7 +44,7 @@ TC_VARIANTS = {
         (16, {"n": "t1_r1_m2_u2_p1", "w": "t1_r1_m2_u1_p1", "x": "t1_r1_m2_u1"}),
         (32, {"n": "t1_r1_m4_u2", "w": "t1_r1_m4_u1"}),
         (64, {"n": "t1_r1_m8_u1", "w": "t1_r1_m8_u1"})),
-    2: ((8, {"n": "t2_r1_m1_u4", "w": "t2_r1_m1_u2"}),),
+    2: ((8, {"n": "t2_r1_m1_u2_p1", "w": "t2_r1_m1_u2"}),),
 }
 WIDTHS = {"w": 2.5, "x": 8.0}
 # Loaded and benchmarkable, but not in the policy above ("_p1" in the policy: the software-pipelined
