@@ -3,8 +3,9 @@
 tree for sm_90 through NVRTC, disassemble it with nvdisasm, and print per kernel its registers,
 spills and the instructions of its main loop (the shortest loop holding both an MMA and a
 streaming weight load), by opcode.  Fewer instructions per block helped at 16 rows (docs/perf.md,
-session 8), little at one row (session 10, item 1: not bound by each warp's issue there).  nvdisasm: on PATH, or NVDISASM=path (e.g. from the
-nvidia-cuda-nvdisasm wheel; not a project dependency).
+session 8), little at one row (session 10, item 1: not bound by each warp's issue there).
+nvdisasm: on PATH, or NVDISASM=path (e.g. from the nvidia-cuda-nvdisasm wheel; not a project
+dependency).
     python3 scripts/sass_mix.py [--tree DIR] [--dump] KERNEL [KERNEL ...]
     e.g. python3 scripts/sass_mix.py pti_mm_bf16_out_t1_r1_m1_u4 pti_mm_bf16_out_t1_r1_m2_u1_p1"""
 
