@@ -221,3 +221,19 @@ def test_width_classes_pick_the_policy():
         for limit, names in entries:
             assert variant_for(twins, limit, "x") == names.get("x", names["w"])
             assert variant_for(twins, limit, "n") == names["n"]
+
+
+def test_matmul_carveout_setting(monkeypatch):
+    """The matmul kernels' shared-memory carveout: the measured default, a percentage from
+    PTI_CARVEOUT_MM, `driver` for none, and a clear error for anything else."""
+    from pti_cli.backends.cuda import MM_CARVEOUT, mm_carveout
+    from pti_cli.errors import PtiError
+    monkeypatch.delenv("PTI_CARVEOUT_MM", raising=False)
+    assert mm_carveout() == MM_CARVEOUT == 44
+    for v, want in (("0", 0), ("58", 58), ("100", 100), ("driver", None)):
+        monkeypatch.setenv("PTI_CARVEOUT_MM", v)
+        assert mm_carveout() == want
+    for bad in ("101", "-1", "44%", "max"):
+        monkeypatch.setenv("PTI_CARVEOUT_MM", bad)
+        with pytest.raises(PtiError, match="PTI_CARVEOUT_MM"):
+            mm_carveout()

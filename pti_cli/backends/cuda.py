@@ -353,6 +353,28 @@ def launch_kernel(driver, f, grid: tuple, block: tuple, smem: int, stream: int, 
     _cu(driver.cuLaunchKernelEx(cfg, f, args, 0), what)
 
 
+# The matmul kernels' preferred shared-memory carveout, in percent of the most an SM has (228 KB on
+# the H200; 44% is about 100 KB, up to four CTAs of 25 KB); the rest of the SM's 256 KB is L1.
+# Measured on the H200 (docs/perf.md, session 11): 36 and 28 were 7% and 22% slower at one
+# sequence, 58 slower at 16 and 32.  Left to the driver, the matmuls seem to run in whatever
+# configuration the kernel before them left: after an attention kernel that wanted 219 KB (tried
+# and dropped) a 16-row pass took 4.8 ms instead of 3.3; with the attention kernel as it is,
+# pinning makes 16 rows 1.3% faster and 32 rows 2.5%.
+MM_CARVEOUT = 44
+
+
+def mm_carveout() -> int | None:
+    """MM_CARVEOUT, or PTI_CARVEOUT_MM (0-100; `driver`: leave it to the driver) for A/B runs."""
+    v = os.environ.get("PTI_CARVEOUT_MM", "")
+    if not v:
+        return MM_CARVEOUT
+    if v == "driver":
+        return None
+    if not v.isdigit() or int(v) > 100:
+        raise PtiError(f"PTI_CARVEOUT_MM must be 0-100 or driver, not {v!r}")
+    return int(v)
+
+
 def _cu(result, what: str):
     err, *rest = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
@@ -389,8 +411,13 @@ class CudaBackend(KernelBackend):
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
                           for v in all_variants()]
                 names += [f"pti_mm_bf16_glu_{v}" for v in all_variants()]
+            carveout = mm_carveout()
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
+                if carveout is not None:
+                    _cu(driver.cuFuncSetAttribute(
+                        f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout),
+                        f"carveout of {n}")
                 if n.startswith("pti_mm_"):
                     self.smem[n] = SMEM_BYTES
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),

@@ -295,3 +295,15 @@ def test_dependent_chain_with_programmatic_launch(backend):
             torch.cuda.synchronize()
             for b, r in zip(bufs, ref):
                 assert torch.equal(b.view(torch.int16), r.view(torch.int16))
+
+
+def test_every_matmul_kernel_has_the_pinned_carveout(backend):
+    """Every kernel of the matmul module asks for the same shared-memory carveout (MM_CARVEOUT),
+    so the SM keeps one configuration across the pass's matmuls whatever ran before them."""
+    from cuda.bindings import driver
+    from pti_cli.backends.cuda import MM_CARVEOUT
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+    assert len(backend.funcs) > 10
+    for name, f in backend.funcs.items():
+        err, value = driver.cuFuncGetAttribute(attr, f)
+        assert int(err) == 0 and value == MM_CARVEOUT, (name, err, value)
