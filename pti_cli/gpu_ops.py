@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .backends.cuda import launch_kernel
+from .backends.cuda import launch_kernel, mm_carveout
 from .errors import PtiError
 from .gpu_model import ATTN_CHUNK, TorchOps
 
@@ -39,7 +39,7 @@ def _check(res, what: str):
 class _Module:
     """A loaded CUBIN and a launcher on torch's current stream."""
 
-    def __init__(self, binary: bytes, names: list[str], pdl: bool = False):
+    def __init__(self, binary: bytes, names: list[str], pdl: bool = False, carveout: int | None = None):
         from cuda.bindings import driver
         self.driver = driver
         self.pdl = pdl   # programmatic dependent launch: every kernel of pti_ops.hip waits before its first access
@@ -47,6 +47,23 @@ class _Module:
         self.mod = _check(driver.cuModuleLoadData(binary), "cuModuleLoadData")
         self.fn = {n: _check(driver.cuModuleGetFunction(self.mod, n.encode()), f"cuModuleGetFunction({n})")
                    for n in names}
+        self.carveout = carveout   # preferred shared-memory carveout of every kernel (None: the driver's choice)
+        if carveout is not None:
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+            for n, f in self.fn.items():
+                _check(driver.cuFuncSetAttribute(f, attr, carveout), f"carveout of {n}")
+
+    def blocks_per_sm(self, name: str, device: torch.device) -> int:
+        """Blocks of `name` (static shared memory only) that fit an SM at this module's carveout
+        (without one: the most an SM has)."""
+        d, a = self.driver, self.driver.CUdevice_attribute
+        dev = _check(d.cuDeviceGet(device.index or 0), "cuDeviceGet")
+        most = _check(d.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev), "attribute")
+        reserved = _check(d.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, dev), "attribute")
+        static = _check(d.cuFuncGetAttribute(d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.fn[name]),
+                        "attribute")
+        avail = most if self.carveout is None else most * self.carveout // 100
+        return avail // (static + reserved)
 
     def launch(self, name: str, grid: tuple, block: tuple, args: list[tuple[Any, Any]]) -> None:
         vals = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a, _ in args)
@@ -78,8 +95,17 @@ class CudaOps:
         torch.zeros(1, device=device)  # make torch's context current before the module loads
         major, minor = torch.cuda.get_device_capability(device)
         self.device = device
-        self.k = _Module(ops_binary(f"sm_{major}{minor}", source), KERNELS,
-                         pdl=major >= 9 and os.environ.get("PTI_PDL", "1") != "0")
+        binary, pdl = ops_binary(f"sm_{major}{minor}", source), major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
+        # Every kernel asks for the matmuls' shared-memory carveout, so that a pass keeps one SM
+        # configuration (a change drains the SM: one sequence -0.65% with it, docs/perf.md session
+        # 11).  At that carveout the attention fits 2 blocks per SM; wider attention grids launch
+        # from a second load of the module whose carveout is left to the driver (4 blocks per SM).
+        carveout = mm_carveout()
+        self.k = _Module(binary, KERNELS, pdl, carveout)
+        self.k_wide = _Module(binary, [n for n in KERNELS if n.startswith("attn_rope_")], pdl) \
+            if carveout is not None else self.k
+        self.sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self._fit: dict[str, int] = {}   # attention blocks per GPU at the pinned carveout
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines
         self.fused_rope = True        # RoPE and the KV write inside that launch (implies fused_attention)
@@ -129,7 +155,11 @@ class CudaOps:
                 self.counters = torch.zeros(M * sh.n_kv_heads, dtype=torch.int32, device=q.device)
         if self.fused_rope:   # q is the matmul's qkv
             early = int(torch.cuda.is_current_stream_capturing())   # see attn_rope in pti_ops.hip
-            self.k.launch(f"attn_rope_{hd}_g{ng}_{_suffix(q)}", (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
+            name = f"attn_rope_{hd}_g{ng}_{_suffix(q)}"
+            if name not in self._fit:
+                self._fit[name] = self.k.blocks_per_sm(name, self.device) * self.sms
+            mod = self.k if nch * sh.n_kv_heads * M <= self._fit[name] else self.k_wide
+            mod.launch(name, (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
                           [(q.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (m.kcache[layer], P),
                            (m.vcache[layer], P), (acc, P), (ml, P), (self.counters, P), (out, P), (H, I),
                            (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),

@@ -325,6 +325,39 @@ def test_attention_kernels_match_torch_attention(shape, dev, backend, ops):
 
 
 
+def test_wide_attention_grids_give_the_same_bits(dev, backend, ops):
+    """Attention grids too wide for the pinned carveout launch from the module left to the
+    driver's carveout (CudaOps.k_wide): the same kernel, so the same output bits and KV cache
+    as from the pinned module."""
+    m = gpu_model(SHAPE, dev, backend, ops, graphs=False)
+    gen = torch.Generator(device="cpu").manual_seed(int(torch.randint(0, 1 << 30, (1,))))
+    for cache in (m.kcache[0], m.vcache[0]):
+        cache.copy_((3 * torch.randn(cache.shape, generator=gen)).to(cache.dtype))
+    saved = (m.kcache[0].clone(), m.vcache[0].clone())
+    S, H, Hk, hd = 3, SHAPE.n_heads, SHAPE.n_kv_heads, SHAPE.head_dim
+    pos = torch.tensor([150, 64, 5], dtype=torch.int32, device=dev)
+    slot = torch.arange(S, dtype=torch.int32, device=dev)
+    qkv = torch.randn(S, (H + 2 * Hk) * hd, generator=gen).bfloat16().to(dev)
+    name = f"attn_rope_{hd}_g4_bf16"
+    assert ops.k_wide is not ops.k and ops.k.carveout is not None and ops.k_wide.carveout is None
+    got = []
+    for fit in (1 << 20, 0):   # every grid fits the pinned module; none does
+        m.kcache[0].copy_(saved[0])
+        m.vcache[0].copy_(saved[1])
+        ops.attention(m, qkv, pos, slot, 0, S, 1)   # fills ops._fit
+        ops._fit[name] = fit
+        m.kcache[0].copy_(saved[0])
+        m.vcache[0].copy_(saved[1])
+        try:
+            out = ops.attention(m, qkv, pos, slot, 0, S, 1).clone()
+        finally:
+            ops._fit.pop(name)
+        got.append((out, m.kcache[0].clone(), m.vcache[0].clone()))
+    assert torch.isfinite(got[0][0].float()).all() and not torch.equal(got[0][1], saved[0])
+    for a, b in zip(*got):
+        assert torch.equal(a, b)
+
+
 def test_embed_and_argmax_kernels_match_torch(dev, ops):
     """The pass's first and last kernels against torch: embedding rows per twin (a token out of
     range gives a NaN row), argmax with ties across the threads' strides, NaN and -inf rows, and
