@@ -97,9 +97,9 @@ class CudaOps:
         self.device = device
         binary, pdl = ops_binary(f"sm_{major}{minor}", source), major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
         # Every kernel asks for the matmuls' shared-memory carveout, so that a pass keeps one SM
-        # configuration (a change drains the SM: one sequence -0.65% with it, docs/perf.md session
-        # 11).  At that carveout the attention fits 2 blocks per SM; wider attention grids launch
-        # from a second load of the module whose carveout is left to the driver (4 blocks per SM).
+        # configuration (one sequence -0.5%, two twins -0.4%: docs/perf.md, session 11).  At that
+        # carveout the attention fits 2 blocks per SM, too few for wide grids (16 sequences +2%):
+        # those launch from a second load of the module, left to the driver (4 blocks per SM).
         carveout = mm_carveout()
         self.k = _Module(binary, KERNELS, pdl, carveout)
         self.k_wide = _Module(binary, [n for n in KERNELS if n.startswith("attn_rope_")], pdl) \

@@ -71,3 +71,16 @@ def test_main_readme_bandwidth_math_quotes_the_8b_run():
     assert (f"reads {one['bytes_per_pass'] / 1e9:.2f} GB per pass; at the {d['bandwidth']['best'] / 1e9:.0f} GB/s"
             in text)
     assert f"at most {one['ceiling_tok_s']:.0f} passes per second" in text
+
+
+def test_run_script_names_existing_variants():
+    """docs/bench/run_h200.sh's kernel table names only variants the kernel source has (a removed
+    variant made the table of session 11's run fail at once)."""
+    import re
+    from pti_cli.backends.cuda import all_variants
+    script = (BENCH / "run_h200.sh").read_text()
+    lists = re.findall(r"--kernel-variants\s+(\S+)", script)
+    assert lists
+    for names in lists:
+        for v in names.split(","):
+            assert v == "default" or v in all_variants(), v

@@ -16,7 +16,7 @@ step make test-gpu
 timeout 300 make test-gpu PYTHON=python3 2>&1 | tail -6 >> "$LOG"
 step kernels
 timeout 200 python3 -m pti_cli.cli bench --kernels --json "$OUT/kernels.json" \
-    --kernel-variants default,t1_r1_m1_u8,t1_r1_m1_u4,t1_r1_m1_u4_p1,t2_r1_m1_u4,t2_r1_m1_u2,t2_r1_m1_u2_p1 > /tmp/kernels.log 2>&1
+    --kernel-variants default,t1_r1_m1_u8,t1_r1_m1_u4,t1_r1_m1_u4_p1,t2_r1_m1_u2,t2_r1_m1_u2_p1,t2_r2_m1_u2 > /tmp/kernels.log 2>&1
 grep -v "^│\|^┃\|^┏\|^┡\|^└" /tmp/kernels.log | tail -4 >> "$LOG"
 step diag
 timeout 90 python3 docs/bench/h200_diag.py 8b "$OUT/diag_8b.json" 2>&1 | tail -20 >> "$LOG"
