@@ -382,6 +382,10 @@ class GpuModel:
         self.passes = 0
         self.rows = 0       # real (unpadded) rows evaluated
         self.host_s = 0.0   # host time spent building passes and reading results (not the forward)
+        # positions the rows of the eager pass being run reach (their last + 1), so that the attention
+        # launches only the KV chunks they read; None (the whole context) in captured passes, whose
+        # positions change between replays
+        self.attn_bound: int | None = None
 
     # -- one forward over device vectors; S sequences x P rows, the first n_a_rows on twin A
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, S: int, P: int, n_a_rows: int):
@@ -503,7 +507,11 @@ class GpuModel:
             b.graph.replay()
             logits, next_ids = b.logits, b.next_ids
         else:
-            logits, next_ids = self._run_bucket(b)
+            self.attn_bound = max(s.start + len(s.tokens) for s in seqs)
+            try:
+                logits, next_ids = self._run_bucket(b)
+            finally:
+                self.attn_bound = None
         k = b.turn % RING
         b.turn += 1
         out = b.host_out[k]

@@ -143,7 +143,10 @@ class CudaOps:
         if hd not in (64, 128) or H // sh.n_kv_heads > GROUPS[-1]:
             raise PtiError(f"the attention kernel takes head size 64 or 128 and <= 8 query heads per KV head")
         ng = next(g for g in GROUPS if g >= H // sh.n_kv_heads)
-        nch = math.ceil((m.max_ctx + 1) / ATTN_CHUNK)
+        # KV chunks in the grid and in the partials' stride: those the rows can reach (m.attn_bound,
+        # eager passes), else the whole context.  Blocks past a row's position do nothing, so
+        # leaving them out changes no bits.
+        nch = math.ceil(min(m.max_ctx + 1, m.attn_bound or m.max_ctx + 1) / ATTN_CHUNK)
         acc = torch.empty(M * H * nch * hd, dtype=torch.float32, device=q.device)
         ml = torch.empty(M * H * nch * 2, dtype=torch.float32, device=q.device)
         out = torch.empty((M, H * hd), dtype=torch.bfloat16, device=q.device)

@@ -335,3 +335,33 @@ def test_greedy_engine_takes_the_passes_own_picks(default_pti, monkeypatch):
     cfg = engine_config(max_tokens=4, spec="none", seqs=1)
     cfg.sampling = SamplingParams(temperature=0.8, seed=3)
     assert not Engine(port, pti._tok_port, cfg).greedy_ids
+
+
+def test_eager_passes_bound_the_attention_to_the_rows_positions():
+    """An eager pass tells the attention how far its rows reach (their last position + 1), so the
+    GPU attention launches only those KV chunks; outside a pass (and in captured ones) the bound
+    is None: the whole context."""
+    from pti_cli.gpu_model import TorchOps
+
+    class Recording(TorchOps):
+        def __init__(self):
+            self.seen: list[tuple[int | None, int]] = []
+
+        def attention(self, m, q, pos, slot, layer, S, P):
+            if layer == 0:
+                self.seen.append((m.attn_bound, int(pos.max())))
+            return super().attention(m, q, pos, slot, layer, S, P)
+
+    from pti_cli.gpu_model import GpuShape
+    shape = GpuShape(n_layers=1, dim=64, ffn=128, n_heads=2, n_kv_heads=1, vocab=96)
+    ops = Recording()
+    m = GpuModel(shape, build_weights(shape, CPU, "a", 7), max_seqs=3, max_ctx=300, device=CPU, ops=ops)
+    rng = np.random.default_rng()
+    a, b = rng.integers(0, 96, 150).tolist(), rng.integers(0, 96, 9).tolist()
+    m.prefill([SeqRows(0, a, 0), SeqRows(1, b, 0)], chunk_rows=128)
+    m.run_pass([SeqRows(0, [1, 2, 3], 150), SeqRows(2, [4], 0)])
+    m.decode_greedy([SeqRows(1, [5], 9)], 2)
+    assert ops.seen[:3] == [(64, 63), (128, 127), (150, 149)]   # prefill chunks of 64 rows per sequence
+    assert ops.seen[3] == (153, 152)                             # a draft-style pass: positions 150..152
+    assert ops.seen[4:] == [(10, 9), (11, 10)]                   # device-fed passes, eager on the CPU
+    assert m.attn_bound is None
