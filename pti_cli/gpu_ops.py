@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .backends.cuda import launch_kernel, mm_carveout
+from .backends.cuda import launch_kernel, mm_carveout, set_carveout
 from .errors import PtiError
 from .gpu_model import ATTN_CHUNK, TorchOps
 
@@ -49,9 +49,8 @@ class _Module:
                    for n in names}
         self.carveout = carveout   # preferred shared-memory carveout of every kernel (None: the driver's choice)
         if carveout is not None:
-            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
             for n, f in self.fn.items():
-                _check(driver.cuFuncSetAttribute(f, attr, carveout), f"carveout of {n}")
+                set_carveout(driver, f, carveout, n)
 
     def blocks_per_sm(self, name: str, device: torch.device) -> int:
         """Blocks of `name` (static shared memory only) that fit an SM at this module's carveout

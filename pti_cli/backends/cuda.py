@@ -375,6 +375,12 @@ def mm_carveout() -> int | None:
     return int(v)
 
 
+def set_carveout(driver, f, percent: int, what: str) -> None:
+    """Ask for `percent` of the SM's shared memory when function f runs (the rest is L1)."""
+    _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                  percent), f"carveout of {what}")
+
+
 def _cu(result, what: str):
     err, *rest = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
@@ -415,9 +421,7 @@ class CudaBackend(KernelBackend):
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 if carveout is not None:
-                    _cu(driver.cuFuncSetAttribute(
-                        f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout),
-                        f"carveout of {n}")
+                    set_carveout(driver, f, carveout, n)
                 if n.startswith("pti_mm_"):
                     self.smem[n] = SMEM_BYTES
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
