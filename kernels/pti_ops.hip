@@ -502,8 +502,8 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
             float denom = 0.f, a = 0.f;
             for (int c = 0; c < nc; c++) {
                 float e = expf(__ldcg(ml + 2 * c) - gm);
-                denom += __ldcg(ml + 2 * c + 1) * e;
-                a += __ldcg(acc + (long)c * HD + d) * e;
+                denom = __fmaf_rn(__ldcg(ml + 2 * c + 1), e, denom);
+                a = __fmaf_rn(__ldcg(acc + (long)c * HD + d), e, a);
             }
             out[((long)m * H + h) * HD + d] = f2bf(a / denom);
         }
@@ -524,7 +524,7 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
         for (int c = 0; c < nc; c++) {
             float e = expf(cm[g * MAX_NC + c] - gm);
             cm[g * MAX_NC + c] = e;
-            denom += cs[g * MAX_NC + c] * e;
+            denom = __fmaf_rn(cs[g * MAX_NC + c], e, denom);
         }
         den[g] = denom;
     }
@@ -545,7 +545,7 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
 #pragma unroll 4
         for (int c = 0; c < nc; c++) {
 #pragma unroll
-            for (int k = 0; k < PT; k++) a[k] += __ldcg(row + off[k] + c * HD) * cm[gi[k] * MAX_NC + c];
+            for (int k = 0; k < PT; k++) a[k] = __fmaf_rn(__ldcg(row + off[k] + c * HD), cm[gi[k] * MAX_NC + c], a[k]);
         }
 #pragma unroll
         for (int k = 0; k < PT; k++) {
@@ -571,12 +571,12 @@ __device__ void attn_combine(const float* part_acc, const float* part_ml, const 
     float gm = NEG_INF;
     for (int c = 0; c < nc; c++) gm = fmaxf(gm, ml[2 * c]);
     float denom = 0.f;
-    for (int c = 0; c < nc; c++) denom += ml[2 * c + 1] * expf(ml[2 * c] - gm);
+    for (int c = 0; c < nc; c++) denom = __fmaf_rn(ml[2 * c + 1], expf(ml[2 * c] - gm), denom);
     const float* acc = part_acc + ((long)m * H + h) * n_chunks * HD;
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         float a = 0.f;
 #pragma unroll 4
-        for (int c = 0; c < nc; c++) a += acc[(long)c * HD + d] * expf(ml[2 * c] - gm);
+        for (int c = 0; c < nc; c++) a = __fmaf_rn(acc[(long)c * HD + d], expf(ml[2 * c] - gm), a);
         out[o + d] = f2bf(a / denom);
     }
 }
@@ -601,44 +601,124 @@ INSTANTIATE_ATTN_G(64)
 INSTANTIATE_ATTN_G(128)
 
 // RoPE + KV write + attention in one launch (qkv straight from the matmul).
-// grid (chunks, kv heads, rows), ATTN_THREADS threads.  Rows of one sequence are P
-// consecutive rows with consecutive positions, so the sequence's first new
-// position is p0 = p - m % P.  Keys/values of positions before p0 come from the
-// cache; those of this pass are computed here from qkv (the same rounding for
-// every block that needs them), and the block whose chunk holds the row's own
-// position writes that position's K and V into the cache for later passes.
-// early != 0 (set by the host only inside a captured pass): the chunk's cached rows are
+// ATTN_THREADS threads a block.  Rows of one sequence are P consecutive rows with
+// consecutive positions, so the sequence's first new position is p0 = p - m % P.
+// Keys/values of positions before p0 come from the cache; those of this pass are
+// computed here from qkv (the same rounding for every block that needs them), and
+// the block whose chunk holds the row's own position writes that position's K and
+// V into the cache for later passes.
+// Two ways to combine the chunks, the same bits:
+//  - cl == 0, grid (chunks, kv heads, rows): a block per chunk; the last block of a (row,
+//    kv head) to finish, found with an atomic counter, combines (attn_combine_heads).
+//  - cl > 0 (sm_90 thread-block clusters), grid (cl, kv heads, rows) in clusters of (cl, 1, 1):
+//    block r takes chunks r, r + cl, ...; after one cluster barrier every block with a chunk
+//    combines a slice of the outputs (attn_combine_slice).  No counter, no fence, no one block
+//    doing the whole combine at the end: that tail was about half of the launch at one
+//    sequence (docs/perf.md, session 12).
+// early != 0 (set by the host only inside a captured pass): the first chunk's cached rows are
 // requested before griddepcontrol.wait, so they travel while the QKV matmul ends.  Safe there:
 // positions before p0 and the pass's inputs pos / slot were written by earlier graph launches,
 // which end before this one starts.  (Not in eager passes: there a chain of small kernels that
 // start early could reach into the previous pass.)
-template <int HD, int NG, typename T>
-__device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const float* cos_t, const float* sin_t,
-                          bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, int* counters, bf16_t* out,
-                          int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox, int early) {
-    PDL_TRIGGER();
-    __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * KSTR(HD)];
-    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * KSTR(HD)];
-    ATTN_QS(HD, NG);
-    __shared__ float sc[NG][SCSTR];
-    __shared__ float mx[NG], sm[NG];
-    __shared__ int last;
-    const int half = HD / 2;
-    const int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, G = H / Hk, t0 = c * ATTN_CHUNK;
-    if (!early) PDL_WAIT();
-    const int p = pos[m];
-    if (p < 0 || t0 > p) {
-        if (early) PDL_WAIT();
-        if (p < 0 && c == 0)   // a padding row: zeros out
-            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
-        return;   // chunks past the row's position are never read by the combine
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define ATTN_CLUSTER 1
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+#endif
+
+// Outputs [r * per / W, (r + 1) * per / W) of heads h0..h0+G-1 of row m (per = G * HD), combined
+// over chunks 0..nc-1 with attn_combine_heads' arithmetic (the same bits).  The chunk maxima and
+// sums pass through `scratch` (the block's K tile, no longer needed), one warp per head; each
+// thread's first ATTN_PF partial outputs are requested before them, so one L2 round trip
+// brings nearly everything.
+#ifdef ATTN_CLUSTER
+#define ATTN_PF 16
+template <int HD>
+__device__ void attn_combine_slice(const float* part_acc, const float* part_ml, int m, int h0, int G, int nc,
+                                   bf16_t* out, int H, int n_chunks, int r, int W, float* scratch) {
+    constexpr int SCRATCH = ATTN_CHUNK * KSTR(HD) / 2;   // floats in the bf16 K tile
+    __shared__ float den[MAX_G];
+    const int per = G * HD, i0 = r * per / W, i1 = (r + 1) * per / W;
+    const float* row = part_acc + (long)m * H * n_chunks * HD;
+    if (2 * G * nc > SCRATCH) {   // very long contexts: the plain loop
+        for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+            int h = h0 + i / HD, d = i % HD;
+            const float* ml = part_ml + ((long)m * H + h) * n_chunks * 2;
+            const float* acc = row + (long)h * n_chunks * HD;
+            float gm = NEG_INF;
+            for (int c = 0; c < nc; c++) gm = fmaxf(gm, __ldcg(ml + 2 * c));
+            float denom = 0.f, a = 0.f;
+            for (int c = 0; c < nc; c++) {
+                float e = expf(__ldcg(ml + 2 * c) - gm);
+                denom = __fmaf_rn(__ldcg(ml + 2 * c + 1), e, denom);
+                a = __fmaf_rn(__ldcg(acc + (long)c * HD + d), e, a);
+            }
+            out[((long)m * H + h) * HD + d] = f2bf(a / denom);
+        }
+        return;
     }
+    float* cm = scratch;            // [G][nc]: chunk max, then e_c
+    float* cs = scratch + G * nc;   // [G][nc]: chunk sum
+    const int i = i0 + threadIdx.x;
+    for (int ib = i; ib < i1 || ib == i; ib += blockDim.x) {   // every thread takes the first round
+        const bool act = ib < i1;
+        const int g = act ? ib / HD : 0;
+        const float* acc = row + (long)(h0 + g) * n_chunks * HD + (act ? ib - g * HD : 0);
+        float pre[ATTN_PF];
+#pragma unroll
+        for (int c = 0; c < ATTN_PF; c++) pre[c] = act && c < nc ? __ldcg(acc + (long)c * HD) : 0.f;
+        if (ib == i) {   // the maxima and sums, once
+            for (int k = threadIdx.x; k < G * nc; k += blockDim.x) {
+                int gg = k / nc, c = k % nc;
+                float2 v = __ldcg((const float2*)(part_ml + (((long)m * H + h0 + gg) * n_chunks + c) * 2));
+                cm[k] = v.x;
+                cs[k] = v.y;
+            }
+            __syncthreads();
+            const int lane = threadIdx.x % WARP;
+            for (int gg = threadIdx.x / WARP; gg < G; gg += blockDim.x / WARP) {   // a warp per head
+                float gm = NEG_INF;
+                for (int c = lane; c < nc; c += WARP) gm = fmaxf(gm, cm[gg * nc + c]);
+                for (int o = WARP / 2; o > 0; o >>= 1) gm = fmaxf(gm, SHFL_XOR(gm, o));
+                for (int c = lane; c < nc; c += WARP) cm[gg * nc + c] = expf(cm[gg * nc + c] - gm);
+                __syncwarp();
+                if (lane == 0) {   // the sum in chunk order
+                    float denom = 0.f;
+                    for (int c = 0; c < nc; c++) denom = __fmaf_rn(cs[gg * nc + c], cm[gg * nc + c], denom);
+                    den[gg] = denom;
+                }
+            }
+            __syncthreads();
+        }
+        if (!act) break;
+        float a = 0.f;
+#pragma unroll
+        for (int c = 0; c < ATTN_PF; c++)
+            if (c < nc) a = __fmaf_rn(pre[c], cm[g * nc + c], a);
+        for (int c = ATTN_PF; c < nc; c++) a = __fmaf_rn(__ldcg(acc + (long)c * HD), cm[g * nc + c], a);
+        out[((long)m * H + h0) * HD + ib] = f2bf(a / den[g]);
+    }
+}
+#endif
+
+// One chunk c of row m (position p) and KV head kh: the chunk's keys and values into the tiles
+// (cached ones from kc / vc, this pass's from qkv, rotated), the row's query heads into qs when
+// with_q, the row's own K and V into the cache when the chunk holds position p, then the chunk's
+// max, sum of exp and un-normalised output into the partials.  wait: griddepcontrol.wait once
+// the cached rows are requested (early launches).
+template <int HD, int NG, typename T, typename QS>
+__device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, const float* cos_t, const float* sin_t,
+                                                bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, bf16_t* ks,
+                                                bf16_t* vs, QS qs, float (*sc)[SCSTR], float* mx, float* sm, int H,
+                                                int Hk, int ctx1, int n_chunks, float scale, int P, int neox, int m,
+                                                int kh, int p, int c, bool with_q, bool wait) {
+    const int half = HD / 2, G = H / Hk, t0 = c * ATTN_CHUNK;
     const int nt = min(ATTN_CHUNK, p + 1 - t0), p0 = p - m % P;
     const int n_old = max(0, min(nt, p0 - t0));   // positions of this chunk already in the cache
     const long row_len = (long)(H + 2 * Hk) * HD;
     const long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
     attn_load_tile<HD>(ks, vs, kc, vc, kv0, n_old, nt);   // in flight during the RoPE work below
-    if (early) PDL_WAIT();
+    if (wait) PDL_WAIT();
     // this pass's keys (rotated) and values, from qkv rows m - (p - t)
     for (int i = threadIdx.x; i < (nt - n_old) * half; i += blockDim.x) {
         int t = t0 + n_old + i / half, j = i % half;
@@ -653,15 +733,16 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         vs[(t - t0) * KSTR(HD) + ib] = f2bf(ld(qkv, vsrc + ib));
     }
     // the row's query heads, rotated and rounded to bf16 as the separate RoPE kernel stores q
-    for (int i = threadIdx.x; i < G * half; i += blockDim.x) {
-        int g = i / half, j = i % half;
-        int ia = neox ? j : 2 * j, ib = neox ? j + half : 2 * j + 1;
-        long src = (long)m * row_len + (long)(kh * G + g) * HD;
-        float ra, rb;
-        rope_pair(ld(qkv, src + ia), ld(qkv, src + ib), cos_t[(long)p * half + j], sin_t[(long)p * half + j], ra, rb);
-        attn_put_q<HD>(qs, g, ia, f2bf(ra), scale);
-        attn_put_q<HD>(qs, g, ib, f2bf(rb), scale);
-    }
+    if (with_q)
+        for (int i = threadIdx.x; i < G * half; i += blockDim.x) {
+            int g = i / half, j = i % half;
+            int ia = neox ? j : 2 * j, ib = neox ? j + half : 2 * j + 1;
+            long src = (long)m * row_len + (long)(kh * G + g) * HD;
+            float ra, rb;
+            rope_pair(ld(qkv, src + ia), ld(qkv, src + ib), cos_t[(long)p * half + j], sin_t[(long)p * half + j], ra, rb);
+            attn_put_q<HD>(qs, g, ia, f2bf(ra), scale);
+            attn_put_q<HD>(qs, g, ib, f2bf(rb), scale);
+        }
     attn_wait_k();
     if (c == p / ATTN_CHUNK)   // this row's own position, for later passes
         for (int d = threadIdx.x; d < HD; d += blockDim.x) {
@@ -676,6 +757,34 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         part_ml[o] = mx[threadIdx.x];
         part_ml[o + 1] = sm[threadIdx.x];
     }
+}
+
+#define ATTN_ROPE_SMEM(HD, NG)                                  \
+    __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * KSTR(HD)];  \
+    __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * KSTR(HD)];  \
+    ATTN_QS(HD, NG);                                            \
+    __shared__ float sc[NG][SCSTR];                             \
+    __shared__ float mx[NG], sm[NG]
+
+// The counter form: grid (chunks, kv heads, rows).
+template <int HD, int NG, typename T>
+__device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const float* cos_t, const float* sin_t,
+                          bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, int* counters, bf16_t* out,
+                          int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox, int early) {
+    PDL_TRIGGER();
+    ATTN_ROPE_SMEM(HD, NG);
+    __shared__ int last;
+    const int c = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, G = H / Hk;
+    if (!early) PDL_WAIT();
+    const int p = pos[m];
+    if (p < 0 || c * ATTN_CHUNK > p) {
+        if (early) PDL_WAIT();
+        if (p < 0 && c == 0)   // a padding row: zeros out
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
+        return;   // chunks past the row's position are never read by the combine
+    }
+    attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk, ctx1,
+                            n_chunks, scale, P, neox, m, kh, p, c, true, early);
     __threadfence();   // this block's partials are visible device-wide before it is counted
     __syncthreads();
     const int nc = p / ATTN_CHUNK + 1;
@@ -690,6 +799,38 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
     attn_combine_heads<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, (float*)ks);
 }
 
+#ifdef ATTN_CLUSTER
+// The cluster form: grid (cl, kv heads, rows) in clusters of (cl, 1, 1); block r takes chunks
+// r, r + cl, ..., then every block with a chunk combines a slice of the outputs.
+template <int HD, int NG, typename T>
+__device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot, const float* cos_t,
+                                   const float* sin_t, bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml,
+                                   bf16_t* out, int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox,
+                                   int early, int cl) {
+    PDL_TRIGGER();
+    ATTN_ROPE_SMEM(HD, NG);
+    const int r = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, G = H / Hk;
+    if (!early) PDL_WAIT();
+    const int p = pos[m];
+    if (p < 0 || r * ATTN_CHUNK > p) {
+        if (early) PDL_WAIT();
+        if (p < 0 && r == 0)   // a padding row: zeros out
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
+        cluster_arrive();   // the blocks with chunks wait for the whole cluster
+        return;
+    }
+    const int nc = p / ATTN_CHUNK + 1;
+    for (int c = r; c < nc; c += cl) {
+        if (c != r) __syncthreads();   // the previous chunk is done with the tiles and scores
+        attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk,
+                                ctx1, n_chunks, scale, P, neox, m, kh, p, c, c == r, early && c == r);
+    }
+    cluster_arrive();   // every chunk's partials are written (release / acquire at cluster scope)
+    cluster_wait();
+    attn_combine_slice<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, r, min(nc, cl), (float*)ks);
+}
+#endif
+
 // The tensor-core path at 4 blocks per SM: 64 registers instead of 72 (3 blocks per SM).  The
 // scalar path would spill there.
 #ifdef ATTN_MMA
@@ -697,13 +838,25 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
 #else
 #define ATTN_ROPE_MINB 1
 #endif
+// attn_rope_cl_*: the cluster form (sm_90+; elsewhere the host never launches it, and it only exits).
+#ifdef ATTN_CLUSTER
+#define ATTN_ROPE_CLUSTERS(...) attn_rope_clusters<__VA_ARGS__>(qkv, pos, slot, c, s, kc, vc, pa, pml, out, H, Hk, \
+                                                               ctx1, nch, scale, P, neox, early, cl)
+#else
+#define ATTN_ROPE_CLUSTERS(...)
+#endif
 #define INSTANTIATE_ATTN_ROPE(HD, NG, T, SUF)                                                           \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_##HD##_g##NG##_##SUF(const T* qkv, \
         const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, float* pa, \
         float* pml, int* counters, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P,       \
         int neox, int early) {                                                                             \
     attn_rope<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, out, H, Hk, ctx1, nch, scale, P, neox, \
-                         early); }
+                         early); }                                                                         \
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_cl_##HD##_g##NG##_##SUF(      \
+        const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
+        float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
+        int early, int cl) {                                                                               \
+    ATTN_ROPE_CLUSTERS(HD, NG, T); }
 #define INSTANTIATE_ATTN_ROPE_G(HD, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 1, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 2, T, SUF) \
     INSTANTIATE_ATTN_ROPE(HD, 4, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 8, T, SUF)
 INSTANTIATE_ATTN_ROPE_G(64, bf16_t, bf16)

@@ -64,11 +64,20 @@ class _Module:
         avail = most if self.carveout is None else most * self.carveout // 100
         return avail // (static + reserved)
 
-    def launch(self, name: str, grid: tuple, block: tuple, args: list[tuple[Any, Any]]) -> None:
+    def allow_large_clusters(self, prefix: str) -> None:
+        """Clusters of more than 8 blocks (the portable most; 16 on the H100/H200) for the kernels
+        named prefix*."""
+        a = self.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+        for n, f in self.fn.items():
+            if n.startswith(prefix):
+                _check(self.driver.cuFuncSetAttribute(f, a, 1), f"cluster size attribute of {n}")
+
+    def launch(self, name: str, grid: tuple, block: tuple, args: list[tuple[Any, Any]], cluster: int = 0) -> None:
         vals = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a, _ in args)
         types = tuple(t for _, t in args)
         stream = torch.cuda.current_stream().cuda_stream
-        launch_kernel(self.driver, self.fn[name], grid, block, 0, stream, (vals, types), self.pdl, f"launch of {name}")
+        launch_kernel(self.driver, self.fn[name], grid, block, 0, stream, (vals, types), self.pdl, f"launch of {name}",
+                      cluster)
 
 
 GROUPS = (1, 2, 4, 8)     # attention kernels are instantiated for these query heads per KV head (>= the model's)
@@ -76,7 +85,22 @@ ATTN_THREADS = 256       # kernels/pti_ops.hip ATTN_THREADS
 KERNELS = (["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16", "silu_mul_f32",
             "attn_combine_64", "attn_combine_128", "stream_read", "embed_bf16", "argmax_feed", "norm_parts"]
            + [f"attn_{k}_{hd}_g{g}" for k in ("partial", "fused") for hd in (64, 128) for g in GROUPS]
-           + [f"attn_rope_{hd}_g{g}_{t}" for hd in (64, 128) for g in GROUPS for t in ("bf16", "f32")])
+           + [f"attn_rope_{k}{hd}_g{g}_{t}" for k in ("", "cl_") for hd in (64, 128) for g in GROUPS
+              for t in ("bf16", "f32")])
+
+
+ATTN_CLUSTER_MAX = 16   # blocks per cluster of the fused attention (above 8: a non-portable size)
+
+
+def attn_cluster_max() -> int:
+    """ATTN_CLUSTER_MAX, or PTI_ATTN_CLUSTER (0: no clusters, the atomic-counter combine; 1-16)
+    for A/B runs."""
+    v = os.environ.get("PTI_ATTN_CLUSTER", "")
+    if not v:
+        return ATTN_CLUSTER_MAX
+    if not v.isdigit() or int(v) > 16:
+        raise PtiError(f"PTI_ATTN_CLUSTER must be 0-16, not {v!r}")
+    return int(v)
 
 
 def _suffix(t: torch.Tensor) -> str:
@@ -104,6 +128,12 @@ class CudaOps:
         self.k_wide = _Module(binary, [n for n in KERNELS if n.startswith("attn_rope_")], pdl) \
             if carveout is not None else self.k
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
+        # The fused attention combines its chunks within a thread-block cluster on sm_90+ (one
+        # barrier, the combine spread over the cluster); elsewhere through an atomic counter.
+        self.cluster_max = attn_cluster_max() if major >= 9 and torch.version.hip is None else 0
+        if self.cluster_max > 8:
+            for mod in {id(self.k): self.k, id(self.k_wide): self.k_wide}.values():
+                mod.allow_large_clusters("attn_rope_")
         self._fit: dict[str, int] = {}   # attention blocks per GPU at the pinned carveout
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines
@@ -160,12 +190,21 @@ class CudaOps:
             name = f"attn_rope_{hd}_g{ng}_{_suffix(q)}"
             if name not in self._fit:
                 self._fit[name] = self.k.blocks_per_sm(name, self.device) * self.sms
+            # How the chunks are combined (kernels/pti_ops.hip, attn_rope; the same bits either way):
+            # within thread-block clusters when the grid fits the GPU at once, else by an atomic
+            # counter.  A cluster's blocks hold their SMs until its last chunk is done, so on wider
+            # grids the clusters lose more than they save (16 sequences: 18 -> 27 us a launch).
+            cl = min(nch, self.cluster_max)
+            common = [(q.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (m.kcache[layer], P),
+                      (m.vcache[layer], P), (acc, P), (ml, P)]
+            tail = [(H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
+                    (int(sh.rope_neox), I), (early, I)]
+            if cl and cl * sh.n_kv_heads * M <= self._fit[name]:
+                self.k.launch(f"attn_rope_cl_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
+                              common + [(out, P)] + tail + [(cl, I)], cluster=cl)
+                return out
             mod = self.k if nch * sh.n_kv_heads * M <= self._fit[name] else self.k_wide
-            mod.launch(name, (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
-                          [(q.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (m.kcache[layer], P),
-                           (m.vcache[layer], P), (acc, P), (ml, P), (self.counters, P), (out, P), (H, I),
-                           (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
-                           (int(sh.rope_neox), I), (early, I)])
+            mod.launch(name, (nch, sh.n_kv_heads, M), (ATTN_THREADS,), common + [(self.counters, P), (out, P)] + tail)
             return out
         if self.fused_attention:
             self.k.launch(f"attn_fused_{hd}_g{ng}", (nch, sh.n_kv_heads, M), (ATTN_THREADS,),

@@ -335,21 +335,31 @@ class KernelBackend(Backend):
         self._run([w.packs[w.plane[t]] for t in twins], xs, ys, w.glu, epi)
 
 
-def launch_kernel(driver, f, grid: tuple, block: tuple, smem: int, stream: int, args, pdl: bool, what: str) -> None:
+def launch_kernel(driver, f, grid: tuple, block: tuple, smem: int, stream: int, args, pdl: bool, what: str,
+                  cluster: int = 0) -> None:
     """cuLaunchKernelEx on `stream`; with pdl, programmatic stream serialisation: the kernel may
     start before the previous one in the stream ends (it calls griddepcontrol.wait before
-    touching that kernel's outputs; every kernel of kernels/ does)."""
+    touching that kernel's outputs; every kernel of kernels/ does).  cluster > 0: thread-block
+    clusters of (cluster, 1, 1) (sm_90+; the grid's x must be a multiple)."""
     cfg = driver.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = tuple(grid) + (1,) * (3 - len(grid))
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = tuple(block) + (1,) * (3 - len(block))
     cfg.sharedMemBytes = smem
     cfg.hStream = driver.CUstream(stream)
+    attrs = []
     if pdl:
         attr = driver.CUlaunchAttribute()
         attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
         attr.value.programmaticStreamSerializationAllowed = 1
-        cfg.attrs = [attr]
-        cfg.numAttrs = 1
+        attrs.append(attr)
+    if cluster:
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
+        attrs.append(attr)
+    if attrs:
+        cfg.attrs = attrs
+        cfg.numAttrs = len(attrs)
     _cu(driver.cuLaunchKernelEx(cfg, f, args, 0), what)
 
 

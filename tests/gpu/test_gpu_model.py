@@ -34,9 +34,9 @@ def ops(dev):
     return CudaOps(dev)
 
 
-def gpu_model(shape, dev, backend, ops, twins="a", seed=3, graphs=None, max_seqs=8):
+def gpu_model(shape, dev, backend, ops, twins="a", seed=3, graphs=None, max_seqs=8, max_ctx=CTX):
     w = build_weights(shape, dev, twins, seed, backend, draw_device=CPU)
-    return GpuModel(shape, w, max_seqs=max_seqs, max_ctx=CTX, device=dev, twins=twins, ops=ops, graphs=graphs)
+    return GpuModel(shape, w, max_seqs=max_seqs, max_ctx=max_ctx, device=dev, twins=twins, ops=ops, graphs=graphs)
 
 
 def cpu_model(shape, twins="a", seed=3, max_seqs=8):
@@ -325,10 +325,81 @@ def test_attention_kernels_match_torch_attention(shape, dev, backend, ops):
 
 
 
+def _random_caches(m, gen):
+    for cache in (m.kcache[0], m.vcache[0]):
+        cache.copy_((3 * torch.randn(cache.shape, generator=gen)).to(cache.dtype))
+    return m.kcache[0].clone(), m.vcache[0].clone()
+
+
+@pytest.mark.parametrize("ctx, starts", [(2200, (2199, 1100, 63, 64)), (66000, (65999, 40000))],
+                         ids=["35-chunks", "1032-chunks"])
+def test_attention_combines_agree_over_many_chunks(ctx, starts, dev, backend, ops):
+    """Long contexts, attention alone: the one-launch form (the last chunk block combines; past
+    256 chunks its plain loop) gives the bits of the separate combine kernel, near float32 torch
+    attention."""
+    m = gpu_model(SHAPE, dev, backend, ops, graphs=False, max_seqs=len(starts), max_ctx=ctx)
+    gen = torch.Generator(device="cpu").manual_seed(int(torch.randint(0, 1 << 30, (1,))))
+    _random_caches(m, gen)
+    S, H, hd = len(starts), SHAPE.n_heads, SHAPE.head_dim
+    pos = torch.tensor(starts, dtype=torch.int32, device=dev)
+    slot = torch.arange(S, dtype=torch.int32, device=dev)
+    q = torch.randn(S, H * hd, generator=gen).bfloat16().to(dev)
+    got = []
+    for fused in (True, False):   # one launch, or partial + combine
+        ops.fused_rope, ops.fused_attention = False, fused
+        try:
+            got.append(ops.attention(m, q, pos, slot, 0, S, 1))
+        finally:
+            ops.fused_rope, ops.fused_attention = True, True
+    assert torch.isfinite(got[0].float()).all() and torch.equal(got[0], got[1])
+    want = TorchOps().attention(m, q, pos, slot, 0, S, 1).float()
+    for r in range(S):
+        assert rel_err(got[0][r].float(), want[r]) < 4e-3, (r, rel_err(got[0][r].float(), want[r]))
+    assert int(ops.counters.abs().sum()) == 0
+
+
+@pytest.mark.parametrize("ctx", [200, 2200, 70000])
+def test_attention_clusters_give_the_counters_bits(ctx, dev, backend, ops):
+    """The fused RoPE + attention combining within thread-block clusters (sm_90: up to 16 blocks,
+    or 3, each then taking every third chunk) gives the bits of the atomic-counter combine
+    (cluster_max 0): outputs and KV cache, draft rows (two per sequence) and a padding sequence
+    included; 70000 positions take the slice combine's plain loop.  Near torch's RoPE + attention."""
+    if ops.cluster_max == 0:
+        pytest.skip("thread-block clusters need sm_90")   # the counter path is then the only one
+    m = gpu_model(SHAPE, dev, backend, ops, graphs=False, max_seqs=4, max_ctx=ctx)
+    gen = torch.Generator(device="cpu").manual_seed(int(torch.randint(0, 1 << 30, (1,))))
+    saved = _random_caches(m, gen)
+    H, Hk, hd, P = SHAPE.n_heads, SHAPE.n_kv_heads, SHAPE.head_dim, 2
+    starts = (ctx - 2, ctx // 2 - 1, 63, None)   # the last sequence is padding
+    pos = torch.tensor([s + j if s is not None else -1 for s in starts for j in range(P)], dtype=torch.int32, device=dev)
+    slot = torch.tensor([i for i in range(len(starts)) for _ in range(P)], dtype=torch.int32, device=dev)
+    qkv = torch.randn(len(starts) * P, (H + 2 * Hk) * hd, generator=gen).bfloat16().to(dev)
+    got, keep = [], ops.cluster_max
+    for cl in (0, keep, 3):
+        m.kcache[0].copy_(saved[0])
+        m.vcache[0].copy_(saved[1])
+        ops.cluster_max = cl
+        try:
+            out = ops.attention(m, qkv, pos, slot, 0, len(starts), P).clone()
+        finally:
+            ops.cluster_max = keep
+        got.append((out, m.kcache[0].clone(), m.vcache[0].clone()))
+    assert torch.isfinite(got[0][0].float()).all() and not torch.equal(got[0][1], saved[0])
+    assert torch.equal(got[0][0][-P:], torch.zeros_like(got[0][0][-P:]))
+    for other in got[1:]:
+        for a, b in zip(got[0], other):
+            assert torch.equal(a, b)
+    m.kcache[0].copy_(saved[0])
+    m.vcache[0].copy_(saved[1])
+    ref = TorchOps()
+    want = ref.attention(m, ref.rope_kv(m, qkv, pos, slot, 0), pos, slot, 0, len(starts), P).float()
+    for r in range(len(starts) * P - P):
+        assert rel_err(got[0][0][r].float(), want[r]) < 4e-3, (r, rel_err(got[0][0][r].float(), want[r]))
+
 def test_wide_attention_grids_give_the_same_bits(dev, backend, ops):
     """Attention grids too wide for the pinned carveout launch from the module left to the
-    driver's carveout (CudaOps.k_wide): the same kernel, so the same output bits and KV cache
-    as from the pinned module."""
+    driver's carveout (CudaOps.k_wide): the same output bits and KV cache as a grid that fits
+    the pinned module (which, on sm_90, combines within clusters)."""
     m = gpu_model(SHAPE, dev, backend, ops, graphs=False)
     gen = torch.Generator(device="cpu").manual_seed(int(torch.randint(0, 1 << 30, (1,))))
     for cache in (m.kcache[0], m.vcache[0]):
