@@ -607,13 +607,13 @@ INSTANTIATE_ATTN_G(128)
 // computed here from qkv (the same rounding for every block that needs them), and
 // the block whose chunk holds the row's own position writes that position's K and
 // V into the cache for later passes.
-// Two ways to combine the chunks, the same bits:
-//  - cl == 0, grid (chunks, kv heads, rows): a block per chunk; the last block of a (row,
+// Two ways to combine the chunks, the same bits (the host picks: gpu_ops.attention_cluster):
+//  - attn_rope, grid (chunks, kv heads, rows): a block per chunk; the last block of a (row,
 //    kv head) to finish, found with an atomic counter, combines (attn_combine_heads).
-//  - cl > 0 (sm_90 thread-block clusters), grid (cl, kv heads, rows) in clusters of (cl, 1, 1):
-//    block r takes chunks r, r + cl, ...; after one cluster barrier every block with a chunk
-//    combines a slice of the outputs (attn_combine_slice).  No counter, no fence, no one block
-//    doing the whole combine at the end: that tail was about half of the launch at one
+//  - attn_rope_clusters (sm_90 thread-block clusters), grid (cl, kv heads, rows) in clusters of
+//    (cl, 1, 1): block r takes chunks r, r + cl, ...; after one cluster barrier every block with
+//    a chunk combines a slice of the outputs (attn_combine_slice).  No counter, no fence, no one
+//    block doing the whole combine at the end: that tail was about half of the launch at one
 //    sequence (docs/perf.md, session 12).
 // early != 0 (set by the host only inside a captured pass): the first chunk's cached rows are
 // requested before griddepcontrol.wait, so they travel while the QKV matmul ends.  Safe there:

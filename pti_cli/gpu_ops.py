@@ -103,6 +103,16 @@ def attn_cluster_max() -> int:
     return int(v)
 
 
+def attention_cluster(n_chunks: int, groups: int, cluster_max: int, fit: int) -> int:
+    """Blocks per cluster of the fused attention for `groups` (row, KV head) pairs of n_chunks KV
+    chunks each, or 0 for the atomic-counter form (kernels/pti_ops.hip, attn_rope; the same bits
+    either way).  Clusters only when the whole grid fits the GPU at once (`fit` blocks): a cluster's
+    blocks hold their SMs until its last chunk is done, so on grids of several waves clusters lose
+    more than they save (16 sequences: 18 -> 27 us a launch; docs/perf.md, session 12)."""
+    cl = min(n_chunks, cluster_max)
+    return cl if cl and cl * groups <= fit else 0
+
+
 def _suffix(t: torch.Tensor) -> str:
     if t.dtype == torch.bfloat16:
         return "bf16"
@@ -190,16 +200,12 @@ class CudaOps:
             name = f"attn_rope_{hd}_g{ng}_{_suffix(q)}"
             if name not in self._fit:
                 self._fit[name] = self.k.blocks_per_sm(name, self.device) * self.sms
-            # How the chunks are combined (kernels/pti_ops.hip, attn_rope; the same bits either way):
-            # within thread-block clusters when the grid fits the GPU at once, else by an atomic
-            # counter.  A cluster's blocks hold their SMs until its last chunk is done, so on wider
-            # grids the clusters lose more than they save (16 sequences: 18 -> 27 us a launch).
-            cl = min(nch, self.cluster_max)
+            cl = attention_cluster(nch, sh.n_kv_heads * M, self.cluster_max, self._fit[name])
             common = [(q.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (m.kcache[layer], P),
                       (m.vcache[layer], P), (acc, P), (ml, P)]
             tail = [(H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
                     (int(sh.rope_neox), I), (early, I)]
-            if cl and cl * sh.n_kv_heads * M <= self._fit[name]:
+            if cl:
                 self.k.launch(f"attn_rope_cl_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
                               common + [(out, P)] + tail + [(cl, I)], cluster=cl)
                 return out

@@ -237,3 +237,26 @@ def test_matmul_carveout_setting(monkeypatch):
         monkeypatch.setenv("PTI_CARVEOUT_MM", bad)
         with pytest.raises(PtiError, match="PTI_CARVEOUT_MM"):
             mm_carveout()
+
+
+def test_attention_cluster_setting(monkeypatch):
+    """The fused attention's cluster size limit (16; PTI_ATTN_CLUSTER 0-16, 0 for none), and when a
+    launch takes the cluster form: only when its whole grid fits the GPU at once."""
+    from pti_cli.errors import PtiError
+    from pti_cli.gpu_ops import ATTN_CLUSTER_MAX, attention_cluster, attn_cluster_max
+    monkeypatch.delenv("PTI_ATTN_CLUSTER", raising=False)
+    assert attn_cluster_max() == ATTN_CLUSTER_MAX == 16
+    for v in ("0", "3", "16"):
+        monkeypatch.setenv("PTI_ATTN_CLUSTER", v)
+        assert attn_cluster_max() == int(v)
+    for bad in ("17", "-1", "on", "8.0"):
+        monkeypatch.setenv("PTI_ATTN_CLUSTER", bad)
+        with pytest.raises(PtiError, match="PTI_ATTN_CLUSTER"):
+            attn_cluster_max()
+    fit = 2 * 132   # the H200 at the pinned carveout
+    assert attention_cluster(11, 8, 16, fit) == 11          # the 8b at one sequence: 88 blocks
+    assert attention_cluster(11, 8 * 2, 16, fit) == 11      # two sequences: 176
+    assert attention_cluster(11, 8 * 16, 16, fit) == 0      # 16 sequences: 1408 blocks, the counter form
+    assert attention_cluster(129, 8, 16, fit) == 16         # long contexts: 16 blocks, several chunks each
+    assert attention_cluster(129, 8 * 3, 16, fit) == 0      # 384 blocks do not fit
+    assert attention_cluster(11, 8, 0, fit) == 0            # clusters off
