@@ -141,9 +141,8 @@ class CudaOps:
         # The fused attention combines its chunks within a thread-block cluster on sm_90+ (one
         # barrier, the combine spread over the cluster); elsewhere through an atomic counter.
         self.cluster_max = attn_cluster_max() if major >= 9 and torch.version.hip is None else 0
-        if self.cluster_max > 8:
-            for mod in {id(self.k): self.k, id(self.k_wide): self.k_wide}.values():
-                mod.allow_large_clusters("attn_rope_")
+        if self.cluster_max > 8:   # cluster launches go through self.k only (their grids fit it)
+            self.k.allow_large_clusters("attn_rope_cl_")
         self._fit: dict[str, int] = {}   # attention blocks per GPU at the pinned carveout
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines
