@@ -479,6 +479,28 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     attn_combine_heads<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, (float*)ks);
 }
 
+// Outputs i0..i1-1 of heads h0.. of row m (i = head offset * HD + dimension), each thread's
+// chunk loop straight from L2: the combine for contexts longer than the staged forms hold.
+// The arithmetic of attn_combine (the same bits).
+template <int HD>
+__device__ __forceinline__ void attn_combine_plain(const float* part_acc, const float* part_ml, int m, int h0,
+                                                   int nc, bf16_t* out, int H, int n_chunks, int i0, int i1) {
+    for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+        int h = h0 + i / HD, d = i % HD;
+        const float* ml = part_ml + ((long)m * H + h) * n_chunks * 2;
+        const float* acc = part_acc + ((long)m * H + h) * n_chunks * HD;
+        float gm = NEG_INF;
+        for (int c = 0; c < nc; c++) gm = fmaxf(gm, __ldcg(ml + 2 * c));
+        float denom = 0.f, a = 0.f;
+        for (int c = 0; c < nc; c++) {
+            float e = expf(__ldcg(ml + 2 * c) - gm);
+            denom = __fmaf_rn(__ldcg(ml + 2 * c + 1), e, denom);
+            a = __fmaf_rn(__ldcg(acc + (long)c * HD + d), e, a);
+        }
+        out[((long)m * H + h) * HD + d] = f2bf(a / denom);
+    }
+}
+
 // Combine chunks 0..nc-1 of heads h0..h0+G-1 of row m, in chunk order (L2 loads:
 // the partials come from other blocks).  The arithmetic of attn_combine (the same
 // bits): gm = max of the chunk maxima, e_c = exp(m_c - gm), denom = sum s_c e_c,
@@ -492,21 +514,8 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
     float* cm = scratch;                  // [G][MAX_NC]: chunk max, then e_c
     float* cs = scratch + MAX_G * MAX_NC; // [G][MAX_NC]: chunk sum
     __shared__ float den[MAX_G];
-    if (nc > MAX_NC) {   // very long contexts: the plain loop
-        for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-            int h = h0 + i / HD, d = i % HD;
-            const float* ml = part_ml + ((long)m * H + h) * n_chunks * 2;
-            const float* acc = part_acc + ((long)m * H + h) * n_chunks * HD;
-            float gm = NEG_INF;
-            for (int c = 0; c < nc; c++) gm = fmaxf(gm, __ldcg(ml + 2 * c));
-            float denom = 0.f, a = 0.f;
-            for (int c = 0; c < nc; c++) {
-                float e = expf(__ldcg(ml + 2 * c) - gm);
-                denom = __fmaf_rn(__ldcg(ml + 2 * c + 1), e, denom);
-                a = __fmaf_rn(__ldcg(acc + (long)c * HD + d), e, a);
-            }
-            out[((long)m * H + h) * HD + d] = f2bf(a / denom);
-        }
+    if (nc > MAX_NC) {   // very long contexts
+        attn_combine_plain<HD>(part_acc, part_ml, m, h0, nc, out, H, n_chunks, 0, G * HD);
         return;
     }
     for (int i = threadIdx.x; i < G * nc; i += blockDim.x) {
@@ -640,21 +649,8 @@ __device__ void attn_combine_slice(const float* part_acc, const float* part_ml, 
     __shared__ float den[MAX_G];
     const int per = G * HD, i0 = r * per / W, i1 = (r + 1) * per / W;
     const float* row = part_acc + (long)m * H * n_chunks * HD;
-    if (2 * G * nc > SCRATCH) {   // very long contexts: the plain loop
-        for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
-            int h = h0 + i / HD, d = i % HD;
-            const float* ml = part_ml + ((long)m * H + h) * n_chunks * 2;
-            const float* acc = row + (long)h * n_chunks * HD;
-            float gm = NEG_INF;
-            for (int c = 0; c < nc; c++) gm = fmaxf(gm, __ldcg(ml + 2 * c));
-            float denom = 0.f, a = 0.f;
-            for (int c = 0; c < nc; c++) {
-                float e = expf(__ldcg(ml + 2 * c) - gm);
-                denom = __fmaf_rn(__ldcg(ml + 2 * c + 1), e, denom);
-                a = __fmaf_rn(__ldcg(acc + (long)c * HD + d), e, a);
-            }
-            out[((long)m * H + h) * HD + d] = f2bf(a / denom);
-        }
+    if (2 * G * nc > SCRATCH) {   // very long contexts
+        attn_combine_plain<HD>(part_acc, part_ml, m, h0, nc, out, H, n_chunks, i0, i1);
         return;
     }
     float* cm = scratch;            // [G][nc]: chunk max, then e_c

@@ -384,6 +384,11 @@ def test_attention_clusters_give_the_counters_bits(ctx, dev, backend, ops):
         finally:
             ops.cluster_max = keep
         got.append((out, m.kcache[0].clone(), m.vcache[0].clone()))
+    from pti_cli.gpu_model import ATTN_CHUNK
+    from pti_cli.gpu_ops import attention_cluster
+    fit = ops._fit[f"attn_rope_{hd}_g4_bf16"]   # filled by the launches above
+    for cl in (keep, 3):   # those launches did take the cluster form
+        assert attention_cluster(-(-(ctx + 1) // ATTN_CHUNK), Hk * len(starts) * P, cl, fit) > 0
     assert torch.isfinite(got[0][0].float()).all() and not torch.equal(got[0][1], saved[0])
     assert torch.equal(got[0][0][-P:], torch.zeros_like(got[0][0][-P:]))
     for other in got[1:]:
