@@ -379,35 +379,52 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
 #endif
+// The chunk's first n_keys cached keys into the K tile (one commit group on sm_80+).
 template <int HD>
-__device__ __forceinline__ void attn_load_tile(bf16_t* ks, bf16_t* vs, const bf16_t* kc, const bf16_t* vc, long kv0,
-                                               int n_keys, int n_valid) {
+__device__ __forceinline__ void attn_load_k(bf16_t* ks, const bf16_t* kc, long kv0, int n_keys) {
     const uint4* k4 = (const uint4*)(kc + kv0);
-    const uint4* v4 = (const uint4*)(vc + kv0);
     constexpr int N4 = ATTN_CHUNK * HD / 8;   // 16-byte words per tile
     int n4 = n_keys * HD / 8;
+#pragma unroll
+    for (int j = 0; j < N4 / ATTN_THREADS; j++) {
+        int i = threadIdx.x + j * ATTN_THREADS;
 #ifdef ATTN_ASYNC
-#pragma unroll
-    for (int j = 0; j < N4 / ATTN_THREADS; j++) {
-        int i = threadIdx.x + j * ATTN_THREADS;
         if (i < n4) cp_async16((uint4*)ks + i + i / (HD / 8), k4 + i);
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#pragma unroll
-    for (int j = 0; j < N4 / ATTN_THREADS; j++) {
-        int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < n4) cp_async16((uint4*)vs + i + i / (HD / 8), v4 + i);
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
 #else
+        if (i < n4) ((uint4*)ks)[i + i / (HD / 8)] = k4[i];
+#endif
+    }
+#ifdef ATTN_ASYNC
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// The chunk's first n_keys cached values into the V tile (a second commit group), zeros from
+// row n_valid on.
+template <int HD>
+__device__ __forceinline__ void attn_load_v(bf16_t* vs, const bf16_t* vc, long kv0, int n_keys, int n_valid) {
+    const uint4* v4 = (const uint4*)(vc + kv0);
+    constexpr int N4 = ATTN_CHUNK * HD / 8;
+    int n4 = n_keys * HD / 8;
 #pragma unroll
     for (int j = 0; j < N4 / ATTN_THREADS; j++) {
         int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < n4) { ((uint4*)ks)[i + i / (HD / 8)] = k4[i]; ((uint4*)vs)[i + i / (HD / 8)] = v4[i]; }
+#ifdef ATTN_ASYNC
+        if (i < n4) cp_async16((uint4*)vs + i + i / (HD / 8), v4 + i);
+#else
+        if (i < n4) ((uint4*)vs)[i + i / (HD / 8)] = v4[i];
+#endif
     }
+#ifdef ATTN_ASYNC
+    asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
     for (int i = n_valid * HD / 8 + threadIdx.x; i < N4; i += ATTN_THREADS)
         ((uint4*)vs)[i + i / (HD / 8)] = make_uint4(0, 0, 0, 0);
+}
+template <int HD>
+__device__ __forceinline__ void attn_load_tile(bf16_t* ks, bf16_t* vs, const bf16_t* kc, const bf16_t* vc, long kv0,
+                                               int n_keys, int n_valid) {
+    attn_load_k<HD>(ks, kc, kv0, n_keys);
+    attn_load_v<HD>(vs, vc, kv0, n_keys, n_valid);
 }
 __device__ __forceinline__ void attn_wait_k() {
 #ifdef ATTN_ASYNC
@@ -415,9 +432,12 @@ __device__ __forceinline__ void attn_wait_k() {
 #endif
     __syncthreads();
 }
-__device__ __forceinline__ void attn_wait_v() {
+// pending: the next chunk's keys were requested after this chunk's (attn_rope_chunk) and may
+// still be on their way.
+__device__ __forceinline__ void attn_wait_v(bool pending = false) {
 #ifdef ATTN_ASYNC
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    if (pending) asm volatile("cp.async.wait_group 1;" ::: "memory");
+    else asm volatile("cp.async.wait_group 0;" ::: "memory");
 #endif
     __syncthreads();
 }
@@ -701,19 +721,23 @@ __device__ void attn_combine_slice(const float* part_acc, const float* part_ml, 
 // (cached ones from kc / vc, this pass's from qkv, rotated), the row's query heads into qs when
 // with_q, the row's own K and V into the cache when the chunk holds position p, then the chunk's
 // max, sum of exp and un-normalised output into the partials.  wait: griddepcontrol.wait once
-// the cached rows are requested (early launches).
+// the cached rows are requested (early launches).  loaded: the chunk's cached rows were requested
+// by the chunk before.  c_next >= 0 (a block of several chunks): chunk c_next's cached keys are
+// requested once this chunk's scores are done, its values once this chunk's value sum is, so
+// that they travel while this chunk is computed.
 template <int HD, int NG, typename T, typename QS>
 __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, const float* cos_t, const float* sin_t,
                                                 bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, bf16_t* ks,
                                                 bf16_t* vs, QS qs, float (*sc)[SCSTR], float* mx, float* sm, int H,
                                                 int Hk, int ctx1, int n_chunks, float scale, int P, int neox, int m,
-                                                int kh, int p, int c, bool with_q, bool wait) {
+                                                int kh, int p, int c, bool with_q, bool wait, bool loaded,
+                                                int c_next) {
     const int half = HD / 2, G = H / Hk, t0 = c * ATTN_CHUNK;
     const int nt = min(ATTN_CHUNK, p + 1 - t0), p0 = p - m % P;
     const int n_old = max(0, min(nt, p0 - t0));   // positions of this chunk already in the cache
     const long row_len = (long)(H + 2 * Hk) * HD;
     const long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
-    attn_load_tile<HD>(ks, vs, kc, vc, kv0, n_old, nt);   // in flight during the RoPE work below
+    if (!loaded) attn_load_tile<HD>(ks, vs, kc, vc, kv0, n_old, nt);   // in flight during the RoPE work below
     if (wait) PDL_WAIT();
     // this pass's keys (rotated) and values, from qkv rows m - (p - t)
     for (int i = threadIdx.x; i < (nt - n_old) * half; i += blockDim.x) {
@@ -745,13 +769,26 @@ __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, c
             kc[kv0 + (long)(p - t0) * HD + d] = ks[(p - t0) * KSTR(HD) + d];
             vc[kv0 + (long)(p - t0) * HD + d] = vs[(p - t0) * KSTR(HD) + d];
         }
-    attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G, scale);
-    attn_wait_v();
+    attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G, scale);   // ends with a barrier: the K tile is free
+    int nt2 = 0, n_old2 = 0;
+    long kv2 = 0;
+    if (c_next >= 0) {
+        const int t2 = c_next * ATTN_CHUNK;
+        nt2 = min(ATTN_CHUNK, p + 1 - t2);
+        n_old2 = max(0, min(nt2, p0 - t2));
+        kv2 = kv0 + (long)(t2 - t0) * HD;
+        attn_load_k<HD>(ks, kc, kv2, n_old2);
+    }
+    attn_wait_v(c_next >= 0);
     attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
         part_ml[o] = mx[threadIdx.x];
         part_ml[o + 1] = sm[threadIdx.x];
+    }
+    if (c_next >= 0) {
+        __syncthreads();   // every warp is done with the V tile
+        attn_load_v<HD>(vs, vc, kv2, n_old2, nt2);
     }
 }
 
@@ -780,7 +817,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         return;   // chunks past the row's position are never read by the combine
     }
     attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk, ctx1,
-                            n_chunks, scale, P, neox, m, kh, p, c, true, early);
+                            n_chunks, scale, P, neox, m, kh, p, c, true, early, false, -1);
     __threadfence();   // this block's partials are visible device-wide before it is counted
     __syncthreads();
     const int nc = p / ATTN_CHUNK + 1;
@@ -819,7 +856,8 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
     for (int c = r; c < nc; c += cl) {
         if (c != r) __syncthreads();   // the previous chunk is done with the tiles and scores
         attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk,
-                                ctx1, n_chunks, scale, P, neox, m, kh, p, c, c == r, early && c == r);
+                                ctx1, n_chunks, scale, P, neox, m, kh, p, c, c == r, early && c == r, c != r,
+                                c + cl < nc ? c + cl : -1);
     }
     cluster_arrive();   // every chunk's partials are written (release / acquire at cluster scope)
     cluster_wait();

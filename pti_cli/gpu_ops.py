@@ -52,9 +52,9 @@ class _Module:
             for n, f in self.fn.items():
                 set_carveout(driver, f, carveout, n)
 
-    def blocks_per_sm(self, name: str, device: torch.device) -> int:
-        """Blocks of `name` (static shared memory only) that fit an SM at this module's carveout
-        (without one: the most an SM has)."""
+    def blocks_per_sm(self, name: str, device: torch.device, threads: int = 256) -> int:
+        """Blocks of `name` (`threads` threads, static shared memory only) that fit an SM at this
+        module's carveout (without one: the most an SM has) and by its registers."""
         d, a = self.driver, self.driver.CUdevice_attribute
         dev = _check(d.cuDeviceGet(device.index or 0), "cuDeviceGet")
         most = _check(d.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev), "attribute")
@@ -62,7 +62,27 @@ class _Module:
         static = _check(d.cuFuncGetAttribute(d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.fn[name]),
                         "attribute")
         avail = most if self.carveout is None else most * self.carveout // 100
-        return avail // (static + reserved)
+        by_smem = avail // (static + reserved)
+        by_regs = _check(self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.fn[name], threads, 0),
+                         "occupancy")   # registers and threads (and the SM's whole shared memory)
+        return min(by_smem, by_regs)
+
+    def max_clusters(self, name: str, cl: int, device: torch.device, threads: int = 256) -> int:
+        """Clusters of cl blocks of `name` that the GPU holds at once (the driver's count, which
+        knows each GPC's SMs; at a pinned carveout also at most the blocks that fit it, / cl)."""
+        d = self.driver
+        cfg = d.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = cl, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
+        cfg.sharedMemBytes = 0
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cl, 1, 1
+        cfg.attrs, cfg.numAttrs = [attr], 1
+        n = _check(d.cuOccupancyMaxActiveClusters(self.fn[name], cfg), f"cluster occupancy of {name}")
+        sms = _check(d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                            _check(d.cuDeviceGet(device.index or 0), "cuDeviceGet")), "attribute")
+        return min(n, self.blocks_per_sm(name, device, threads) * sms // cl)
 
     def allow_large_clusters(self, prefix: str) -> None:
         """Clusters of more than 8 blocks (the portable most; 16 on the H100/H200) for the kernels
@@ -103,14 +123,44 @@ def attn_cluster_max() -> int:
     return int(v)
 
 
-def attention_cluster(n_chunks: int, groups: int, cluster_max: int, fit: int) -> int:
-    """Blocks per cluster of the fused attention for `groups` (row, KV head) pairs of n_chunks KV
-    chunks each, or 0 for the atomic-counter form (kernels/pti_ops.hip, attn_rope; the same bits
-    either way).  Clusters only when the whole grid fits the GPU at once (`fit` blocks): a cluster's
-    blocks hold their SMs until its last chunk is done, so on grids of several waves clusters lose
-    more than they save (16 sequences: 18 -> 27 us a launch; docs/perf.md, session 12)."""
+def attn_wide_cluster_max() -> int:
+    """Blocks per cluster at most when the grid does not fit the pinned carveout (0: the counter
+    form there); PTI_ATTN_WIDE_CL (0-16) for A/B runs."""
+    v = os.environ.get("PTI_ATTN_WIDE_CL", "")
+    if not v:
+        return ATTN_WIDE_CLUSTER_MAX
+    if not v.isdigit() or int(v) > 16:
+        raise PtiError(f"PTI_ATTN_WIDE_CL must be 0-16, not {v!r}")
+    return int(v)
+
+
+ATTN_WIDE_CLUSTER_MAX = 16
+
+
+def attention_cluster(n_chunks: int, groups: int, cluster_max: int, pinned: list[int], wide_max: int = 0,
+                      wide: list[int] | None = None) -> tuple[int, bool]:
+    """(blocks per cluster, wide) of the fused attention for `groups` (row, KV head) pairs of
+    n_chunks KV chunks each; (0, False) for the atomic-counter form (kernels/pti_ops.hip,
+    attn_rope; the same bits either way).  pinned[cl] / wide[cl]: clusters of cl blocks that the
+    GPU holds at once at the pinned carveout / the driver's (CudaOps.k, k_wide).
+
+    Clusters only when every cluster of the grid is resident at once: a cluster's blocks hold
+    their SMs until its last chunk is done, so grids of several waves of clusters lose (16
+    sequences, clusters of 11: 18 -> 27 us a launch; docs/perf.md, session 12).  First a block
+    per chunk (up to cluster_max) at the pinned carveout; else, up to wide_max blocks a cluster at
+    the driver's carveout, each block taking every cl-th chunk: the fewest rounds of chunks that
+    fit, with the fewest blocks that give them (docs/perf.md, session 13)."""
+    if not cluster_max:
+        return 0, False
     cl = min(n_chunks, cluster_max)
-    return cl if cl and cl * groups <= fit else 0
+    if pinned[cl] >= groups:
+        return cl, False
+    wide = wide or []
+    fitting = [c for c in range(2, min(n_chunks, wide_max, len(wide) - 1) + 1) if wide[c] >= groups]
+    if not fitting:
+        return 0, False
+    rounds = -(-n_chunks // max(fitting))
+    return min(c for c in fitting if -(-n_chunks // c) == rounds), True
 
 
 def _suffix(t: torch.Tensor) -> str:
@@ -141,9 +191,14 @@ class CudaOps:
         # The fused attention combines its chunks within a thread-block cluster on sm_90+ (one
         # barrier, the combine spread over the cluster); elsewhere through an atomic counter.
         self.cluster_max = attn_cluster_max() if major >= 9 and torch.version.hip is None else 0
-        if self.cluster_max > 8:   # cluster launches go through self.k only (their grids fit it)
+        self.wide_cluster_max = attn_wide_cluster_max() if self.cluster_max else 0
+        if self.cluster_max > 8 or self.wide_cluster_max > 8:
             self.k.allow_large_clusters("attn_rope_cl_")
-        self._fit: dict[str, int] = {}   # attention blocks per GPU at the pinned carveout
+            if self.k_wide is not self.k:
+                self.k_wide.allow_large_clusters("attn_rope_cl_")
+        # per attention kernel: blocks per GPU at the pinned carveout (the counter form), and
+        # clusters per GPU by size at the pinned and the driver's carveout (attention_cluster)
+        self._fit: dict[str, tuple[int, list[int], list[int]]] = {}
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines
         self.fused_rope = True        # RoPE and the KV write inside that launch (implies fused_attention)
@@ -198,17 +253,20 @@ class CudaOps:
             early = int(torch.cuda.is_current_stream_capturing())   # see attn_rope in pti_ops.hip
             name = f"attn_rope_{hd}_g{ng}_{_suffix(q)}"
             if name not in self._fit:
-                self._fit[name] = self.k.blocks_per_sm(name, self.device) * self.sms
-            cl = attention_cluster(nch, sh.n_kv_heads * M, self.cluster_max, self._fit[name])
+                self._fit[name] = self._attention_fit(name, f"attn_rope_cl_{hd}_g{ng}_{_suffix(q)}")
+            fit, pinned, wide = self._fit[name]
+            cl, on_wide = attention_cluster(nch, sh.n_kv_heads * M, self.cluster_max, pinned, self.wide_cluster_max,
+                                            wide)
             common = [(q.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (m.kcache[layer], P),
                       (m.vcache[layer], P), (acc, P), (ml, P)]
             tail = [(H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
                     (int(sh.rope_neox), I), (early, I)]
             if cl:
-                self.k.launch(f"attn_rope_cl_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
-                              common + [(out, P)] + tail + [(cl, I)], cluster=cl)
+                (self.k_wide if on_wide else self.k).launch(
+                    f"attn_rope_cl_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
+                    common + [(out, P)] + tail + [(cl, I)], cluster=cl)
                 return out
-            mod = self.k if nch * sh.n_kv_heads * M <= self._fit[name] else self.k_wide
+            mod = self.k if nch * sh.n_kv_heads * M <= fit else self.k_wide
             mod.launch(name, (nch, sh.n_kv_heads, M), (ATTN_THREADS,), common + [(self.counters, P), (out, P)] + tail)
             return out
         if self.fused_attention:
@@ -221,6 +279,13 @@ class CudaOps:
                        (1.0 / math.sqrt(hd), F)])
         self.k.launch(f"attn_combine_{hd}", (H, M), (hd,), [(acc, P), (ml, P), (pos, P), (out, P), (H, I), (nch, I)])
         return out
+
+    def _attention_fit(self, name: str, cl_name: str) -> tuple[int, list[int], list[int]]:
+        fit = self.k.blocks_per_sm(name, self.device, ATTN_THREADS) * self.sms
+        top = 16 if max(self.cluster_max, self.wide_cluster_max) > 8 else 8 if self.cluster_max else 0
+        tables = tuple([0] + [mod.max_clusters(cl_name, c, self.device, ATTN_THREADS) if c <= top else 0
+                              for c in range(1, 17)] for mod in (self.k, self.k_wide))
+        return fit, tables[0], tables[1]
 
     def silu_mul(self, gu: torch.Tensor, ffn: int) -> torch.Tensor:
         M = gu.shape[0]

@@ -388,7 +388,8 @@ def test_attention_clusters_give_the_counters_bits(ctx, dev, backend, ops):
     from pti_cli.gpu_ops import attention_cluster
     fit = ops._fit[f"attn_rope_{hd}_g4_bf16"]   # filled by the launches above
     for cl in (keep, 3):   # those launches did take the cluster form
-        assert attention_cluster(-(-(ctx + 1) // ATTN_CHUNK), Hk * len(starts) * P, cl, fit) > 0
+        assert attention_cluster(-(-(ctx + 1) // ATTN_CHUNK), Hk * len(starts) * P, cl, fit[1],
+                                 ops.wide_cluster_max, fit[2])[0] > 0
     assert torch.isfinite(got[0][0].float()).all() and not torch.equal(got[0][1], saved[0])
     assert torch.equal(got[0][0][-P:], torch.zeros_like(got[0][0][-P:]))
     for other in got[1:]:
@@ -401,10 +402,12 @@ def test_attention_clusters_give_the_counters_bits(ctx, dev, backend, ops):
     for r in range(len(starts) * P - P):
         assert rel_err(got[0][0][r].float(), want[r]) < 4e-3, (r, rel_err(got[0][0][r].float(), want[r]))
 
+
 def test_wide_attention_grids_give_the_same_bits(dev, backend, ops):
     """Attention grids too wide for the pinned carveout launch from the module left to the
-    driver's carveout (CudaOps.k_wide): the same output bits and KV cache as a grid that fits
-    the pinned module (which, on sm_90, combines within clusters)."""
+    driver's carveout (CudaOps.k_wide), through the counter form or (sm_90) clusters of blocks
+    that take several chunks each: the same output bits and KV cache as a grid that fits the
+    pinned module (which, on sm_90, combines within clusters)."""
     m = gpu_model(SHAPE, dev, backend, ops, graphs=False)
     gen = torch.Generator(device="cpu").manual_seed(int(torch.randint(0, 1 << 30, (1,))))
     for cache in (m.kcache[0], m.vcache[0]):
@@ -416,22 +419,29 @@ def test_wide_attention_grids_give_the_same_bits(dev, backend, ops):
     qkv = torch.randn(S, (H + 2 * Hk) * hd, generator=gen).bfloat16().to(dev)
     name = f"attn_rope_{hd}_g4_bf16"
     assert ops.k_wide is not ops.k and ops.k.carveout is not None and ops.k_wide.carveout is None
-    got = []
-    for fit in (1 << 20, 0):   # every grid fits the pinned module; none does
+    got, keep = [], ops.wide_cluster_max
+    # every grid fits the pinned module; none fits anywhere (the counter form); wide clusters of
+    # 2 blocks (3 chunks: block 0 takes two), when the GPU has clusters
+    big, none = [1 << 20] * 17, [0] * 17
+    forms = [((1 << 20, big, none), keep), ((0, none, none), keep)] + [((0, none, big), 2)] * (ops.cluster_max > 0)
+    for fit, wide_max in forms:
         m.kcache[0].copy_(saved[0])
         m.vcache[0].copy_(saved[1])
         ops.attention(m, qkv, pos, slot, 0, S, 1)   # fills ops._fit
         ops._fit[name] = fit
+        ops.wide_cluster_max = wide_max
         m.kcache[0].copy_(saved[0])
         m.vcache[0].copy_(saved[1])
         try:
             out = ops.attention(m, qkv, pos, slot, 0, S, 1).clone()
         finally:
             ops._fit.pop(name)
+            ops.wide_cluster_max = keep
         got.append((out, m.kcache[0].clone(), m.vcache[0].clone()))
     assert torch.isfinite(got[0][0].float()).all() and not torch.equal(got[0][1], saved[0])
-    for a, b in zip(*got):
-        assert torch.equal(a, b)
+    for other in got[1:]:
+        for a, b in zip(got[0], other):
+            assert torch.equal(a, b)
 
 
 def test_embed_and_argmax_kernels_match_torch(dev, ops):
