@@ -109,32 +109,29 @@ KERNELS = (["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32"
               for t in ("bf16", "f32")])
 
 
-ATTN_CLUSTER_MAX = 16   # blocks per cluster of the fused attention (above 8: a non-portable size)
+ATTN_CLUSTER_MAX = 16        # blocks per cluster of the fused attention (above 8: a non-portable size)
+ATTN_WIDE_CLUSTER_MAX = 16   # the same for grids that do not fit the pinned carveout
+
+
+def _cluster_setting(var: str, default: int) -> int:
+    v = os.environ.get(var, "")
+    if not v:
+        return default
+    if not v.isdigit() or int(v) > 16:
+        raise PtiError(f"{var} must be 0-16, not {v!r}")
+    return int(v)
 
 
 def attn_cluster_max() -> int:
     """ATTN_CLUSTER_MAX, or PTI_ATTN_CLUSTER (0: no clusters, the atomic-counter combine; 1-16)
     for A/B runs."""
-    v = os.environ.get("PTI_ATTN_CLUSTER", "")
-    if not v:
-        return ATTN_CLUSTER_MAX
-    if not v.isdigit() or int(v) > 16:
-        raise PtiError(f"PTI_ATTN_CLUSTER must be 0-16, not {v!r}")
-    return int(v)
+    return _cluster_setting("PTI_ATTN_CLUSTER", ATTN_CLUSTER_MAX)
 
 
 def attn_wide_cluster_max() -> int:
-    """Blocks per cluster at most when the grid does not fit the pinned carveout (0: the counter
-    form there); PTI_ATTN_WIDE_CL (0-16) for A/B runs."""
-    v = os.environ.get("PTI_ATTN_WIDE_CL", "")
-    if not v:
-        return ATTN_WIDE_CLUSTER_MAX
-    if not v.isdigit() or int(v) > 16:
-        raise PtiError(f"PTI_ATTN_WIDE_CL must be 0-16, not {v!r}")
-    return int(v)
-
-
-ATTN_WIDE_CLUSTER_MAX = 16
+    """ATTN_WIDE_CLUSTER_MAX, or PTI_ATTN_WIDE_CL (0: the counter form for every grid that does not
+    fit the pinned carveout; 1-16) for A/B runs."""
+    return _cluster_setting("PTI_ATTN_WIDE_CL", ATTN_WIDE_CLUSTER_MAX)
 
 
 def attention_cluster(n_chunks: int, groups: int, cluster_max: int, pinned: list[int], wide_max: int = 0,
