@@ -5,7 +5,8 @@
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD PTI_CACHE_DIR=/tmp/pti-cache
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+source scripts/device_cache.sh   # PTI_CACHE_DIR: kernel binaries of earlier calls, carried in .carry/
 LOG=$OUT/ab.log
 step() { echo "== $(date -u +%T) $*" | tee -a "$LOG"; }
 step compile
@@ -18,4 +19,5 @@ TREES=${AB_ARGS:-"$(ls -d abtrees/*/ 2>/dev/null | sed 's#/$##') ."}   # AB_ARGS
 timeout ${AB_S:-300} python3 scripts/pass_ab.py $TREES $TREES 2>&1 | tee -a "$LOG"
 step kernels
 timeout ${KERNELS_S:-120} python3 -m pti_cli.cli bench --kernels --json "$OUT/kernels.json" > /tmp/k.log 2>&1; tail -2 /tmp/k.log | tee -a "$LOG"
+kcache_save
 step done

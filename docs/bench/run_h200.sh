@@ -3,17 +3,22 @@
 # breakdown of the 8b pass, then `pti bench --synthetic 8b` (sequences x twins, and the
 # lookup replay).  Run from anywhere with .whl/ (the gguf wheel) carried; results in $OUT
 # (few files: the device returns at most eight).   bash docs/bench/run_h200.sh [quick]
+# The log's "sources" line identifies the code that ran (the device's `git log` line can be stale):
+# here, `cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum` at the commit.
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD PTI_CACHE_DIR=/tmp/pti-cache
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+source scripts/device_cache.sh   # PTI_CACHE_DIR: kernel binaries of earlier calls, carried in .carry/
 LOG=$OUT/run.log
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader;
-  python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; git log --oneline -1 2>/dev/null; } >> "$LOG" 2>&1
+  python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; git log --oneline -1 2>/dev/null;
+  echo "sources: $(cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum | cut -c1-16)"; } >> "$LOG" 2>&1
 step() { echo "== $(date -u +%T) $*" >> "$LOG"; }
 
 step make test-gpu
 timeout 300 make test-gpu PYTHON=python3 2>&1 | tail -6 >> "$LOG"
+kcache_save   # the kernels are compiled by now: $OUT/kcache.tar for the next call
 step kernels
 timeout 200 python3 -m pti_cli.cli bench --kernels --json "$OUT/kernels.json" \
     --kernel-variants default,t1_r1_m1_u8,t1_r1_m1_u4,t1_r1_m1_u4_p1,t2_r1_m1_u2,t2_r1_m1_u2_p1,t2_r2_m1_u2 > /tmp/kernels.log 2>&1

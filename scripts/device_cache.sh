@@ -1,0 +1,14 @@
+# Kernel binaries carried between device calls.  Every call starts on a fresh machine, where
+# compiling the kernels took 70-90 s of each call's device time (docs/perf.md, session 13); the
+# binaries are cached under a hash of the source, the options, NVRTC's version and the
+# architecture (pti_cli/backends/compile.py), so a binary built by an earlier call of the same
+# source on the same machine kind is the one the compile would give.
+#   In a call (carry [".whl", ".carry"]):  source scripts/device_cache.sh   (sets PTI_CACHE_DIR)
+#                                           ... kcache_save                 (writes $OUT/kcache.tar)
+#   Here, after the call:                   tar -xf /work/.device/N/kcache.tar -C .carry
+# .carry/ is git-ignored; delete .carry/pti-cache when it grows (it travels with every call).
+export PTI_CACHE_DIR="$PWD/.carry/pti-cache"
+mkdir -p "$PTI_CACHE_DIR/kernels"
+kcache_save() {
+    tar -cf "${OUT:-/tmp/out}/kcache.tar" -C "$PWD/.carry" pti-cache/kernels
+}
