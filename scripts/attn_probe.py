@@ -12,7 +12,8 @@ import time
 import torch
 
 from pti_cli.bench import build_model
-from pti_cli.gpu_ops import CudaOps, kernel_backend
+from pti_cli.gpu_model import ATTN_CHUNK
+from pti_cli.gpu_ops import GROUPS, CudaOps, attention_cluster, kernel_backend
 
 
 def main() -> None:
@@ -39,7 +40,13 @@ def main() -> None:
     for _ in range(20):
         g.replay()
     torch.cuda.synchronize()
-    print(f"attention, {S} sequences at 512: {(time.perf_counter() - t) / 20 / sh.n_layers * 1e6:.2f} us per launch")
+    name = f"attn_rope_{sh.head_dim}_g{next(g for g in GROUPS if g >= sh.n_heads // sh.n_kv_heads)}_bf16"
+    fit, pinned, wide = ops._fit[name]
+    nch = -(-(m.max_ctx + 1) // ATTN_CHUNK)
+    cl, on_wide = attention_cluster(nch, sh.n_kv_heads * S, ops.cluster_max, pinned, ops.wide_cluster_max, wide)
+    form = f"clusters of {cl} ({'driver' if on_wide else 'pinned'} carveout)" if cl else "counter form"
+    print(f"attention, {S} sequences at 512, {form}: "
+          f"{(time.perf_counter() - t) / 20 / sh.n_layers * 1e6:.2f} us per launch")
 
 
 if __name__ == "__main__":
