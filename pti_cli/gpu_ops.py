@@ -67,9 +67,9 @@ class _Module:
                          "occupancy")   # registers and threads (and the SM's whole shared memory)
         return min(by_smem, by_regs)
 
-    def max_clusters(self, name: str, cl: int, device: torch.device, threads: int = 256) -> int:
-        """Clusters of cl blocks of `name` that the GPU holds at once (the driver's count, which
-        knows each GPC's SMs; at a pinned carveout also at most the blocks that fit it, / cl)."""
+    def max_clusters(self, name: str, cl: int, threads: int = 256) -> int:
+        """Clusters of cl blocks of `name` that the GPU holds at once: the driver's count, which
+        knows each GPC's SMs (but not this module's carveout: see CudaOps._attention_fit)."""
         d = self.driver
         cfg = d.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = cl, 1, 1
@@ -79,10 +79,7 @@ class _Module:
         attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cl, 1, 1
         cfg.attrs, cfg.numAttrs = [attr], 1
-        n = _check(d.cuOccupancyMaxActiveClusters(self.fn[name], cfg), f"cluster occupancy of {name}")
-        sms = _check(d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                                            _check(d.cuDeviceGet(device.index or 0), "cuDeviceGet")), "attribute")
-        return min(n, self.blocks_per_sm(name, device, threads) * sms // cl)
+        return _check(d.cuOccupancyMaxActiveClusters(self.fn[name], cfg), f"cluster occupancy of {name}")
 
     def allow_large_clusters(self, prefix: str) -> None:
         """Clusters of more than 8 blocks (the portable most; 16 on the H100/H200) for the kernels
@@ -249,11 +246,7 @@ class CudaOps:
         if self.fused_rope:   # q is the matmul's qkv
             early = int(torch.cuda.is_current_stream_capturing())   # see attn_rope in pti_ops.hip
             name = f"attn_rope_{hd}_g{ng}_{_suffix(q)}"
-            if name not in self._fit:
-                self._fit[name] = self._attention_fit(name, f"attn_rope_cl_{hd}_g{ng}_{_suffix(q)}")
-            fit, pinned, wide = self._fit[name]
-            cl, on_wide = attention_cluster(nch, sh.n_kv_heads * M, self.cluster_max, pinned, self.wide_cluster_max,
-                                            wide)
+            fit, cl, on_wide = self.attention_form(name, nch, sh.n_kv_heads * M)
             common = [(q.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (m.kcache[layer], P),
                       (m.vcache[layer], P), (acc, P), (ml, P)]
             tail = [(H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
@@ -277,11 +270,23 @@ class CudaOps:
         self.k.launch(f"attn_combine_{hd}", (H, M), (hd,), [(acc, P), (ml, P), (pos, P), (out, P), (H, I), (nch, I)])
         return out
 
+    def attention_form(self, name: str, n_chunks: int, groups: int) -> tuple[int, int, bool]:
+        """(blocks of `name` that fit the GPU at the pinned carveout, blocks per cluster, wide) of a
+        fused attention launch over n_chunks chunks for `groups` (row, KV head) pairs
+        (attention_cluster; cluster size 0: the counter form)."""
+        if name not in self._fit:
+            self._fit[name] = self._attention_fit(name, name.replace("attn_rope_", "attn_rope_cl_"))
+        fit, pinned, wide = self._fit[name]
+        return (fit, *attention_cluster(n_chunks, groups, self.cluster_max, pinned, self.wide_cluster_max, wide))
+
     def _attention_fit(self, name: str, cl_name: str) -> tuple[int, list[int], list[int]]:
         fit = self.k.blocks_per_sm(name, self.device, ATTN_THREADS) * self.sms
         top = 16 if max(self.cluster_max, self.wide_cluster_max) > 8 else 8 if self.cluster_max else 0
-        tables = tuple([0] + [mod.max_clusters(cl_name, c, self.device, ATTN_THREADS) if c <= top else 0
-                              for c in range(1, 17)] for mod in (self.k, self.k_wide))
+        tables = []
+        for mod in (self.k, self.k_wide):   # the driver's count, bounded by the blocks this carveout fits
+            blocks = mod.blocks_per_sm(cl_name, self.device, ATTN_THREADS) * self.sms
+            tables.append([0] + [min(mod.max_clusters(cl_name, c, ATTN_THREADS), blocks // c) if c <= top else 0
+                                 for c in range(1, 17)])
         return fit, tables[0], tables[1]
 
     def silu_mul(self, gu: torch.Tensor, ffn: int) -> torch.Tensor:

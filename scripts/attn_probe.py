@@ -13,7 +13,7 @@ import torch
 
 from pti_cli.bench import build_model
 from pti_cli.gpu_model import ATTN_CHUNK
-from pti_cli.gpu_ops import GROUPS, CudaOps, attention_cluster, kernel_backend
+from pti_cli.gpu_ops import GROUPS, CudaOps, kernel_backend
 
 
 def main() -> None:
@@ -41,9 +41,7 @@ def main() -> None:
         g.replay()
     torch.cuda.synchronize()
     name = f"attn_rope_{sh.head_dim}_g{next(g for g in GROUPS if g >= sh.n_heads // sh.n_kv_heads)}_bf16"
-    fit, pinned, wide = ops._fit[name]
-    nch = -(-(m.max_ctx + 1) // ATTN_CHUNK)
-    cl, on_wide = attention_cluster(nch, sh.n_kv_heads * S, ops.cluster_max, pinned, ops.wide_cluster_max, wide)
+    _, cl, on_wide = ops.attention_form(name, -(-(m.max_ctx + 1) // ATTN_CHUNK), sh.n_kv_heads * S)
     form = f"clusters of {cl} ({'driver' if on_wide else 'pinned'} carveout)" if cl else "counter form"
     print(f"attention, {S} sequences at 512, {form}: "
           f"{(time.perf_counter() - t) / 20 / sh.n_layers * 1e6:.2f} us per launch")
