@@ -294,7 +294,16 @@ struct PtiArgs {
     unsigned short* uo[2];
     float* po[2];
     const float* g[2];
+    // Both pin and inv: the launch's first n_inv CTAs (the inv CTAs, ceil(rows / 8)) compute the
+    // rows' inv from pin into inv (a warp per row, pti_row_inv_rows's arithmetic) and exit; the
+    // matmul's CTAs read inv, and if any row is still PTI_INV_PENDING they sum every row from pin
+    // themselves (the same bits).  A residual launch given invo sets the next matmul's inv slots to
+    // PTI_INV_PENDING.
+    float* invo[2];
+    int n_inv;
 };
+// No inv is this bit pattern (a NaN the hardware never produces: its NaNs are 0x7fffffff).
+#define PTI_INV_PENDING 0xffffffffu
 
 // inv of one row from its ng partial sums: lane l adds partials l, l + 32, ... in order, then the
 // xor tree.  Every scaled matmul computes it this way, so a row's bits never depend on the kernel.
@@ -360,11 +369,20 @@ __device__ __forceinline__ unsigned short pti_glu(float g, float u) {
     return pti_f32_to_bf16(g / (1.f + expf(-g)) * u);
 }
 
+// Each row's inv from its partial sums into inv_s (a warp per row).
+__device__ __forceinline__ void pti_inv_from_pin(const PtiArgs& a, float* inv_s, int rows, int warp, int lane) {
+    for (int rr = warp; rr < rows; rr += 8) {
+        const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
+        const float v = pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
+        if (lane == 0) inv_s[tw * 64 + m] = v;
+    }
+}
+
 // Sum the 8 warps' partial sums in warp order (4 slots at a time) and write
 // the CTA's outputs (scaled by the rows' inv, or added into the residual stream: PtiArgs).
 // Shared memory: red (16 KB), then inv per (twin, row) (512 B), then the residual's new
 // values per (slot, row, column) (S * 512 B), whose squares make the partial sums.
-template <int TIN, int TOUT, int NTW, int RG, int MT>
+template <int TIN, int TOUT, int NTW, int RG, int MT, bool INVC>
 __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp, int lane, const float* acc,
                                            float* red) {
     constexpr int S = NTW * RG * MT;
@@ -373,17 +391,22 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
     const bool scaled = a.pin[0] != nullptr || a.inv[0] != nullptr, residual = a.po[0] != nullptr;
     if (scaled) {   // read before the first barrier below, used after it
         const int rows = a.M[0] + (NTW > 1 ? a.M[1] : 0);
-        if (a.inv[0]) {
+        if (INVC && a.pin[0] && a.inv[0]) {   // the inv CTAs' form (PtiArgs)
+            bool pending = false;
+            if (threadIdx.x < rows) {   // (at most 128 rows)
+                const int tw = threadIdx.x >= a.M[0], m = tw ? threadIdx.x - a.M[0] : threadIdx.x;
+                const float v = __ldcg((tw ? a.inv[1] : a.inv[0]) + m);   // written during this launch
+                inv_s[tw * 64 + m] = v;
+                pending = __float_as_uint(v) == PTI_INV_PENDING;
+            }
+            if (__syncthreads_or(pending)) pti_inv_from_pin(a, inv_s, rows, warp, lane);   // an inv CTA was late
+        } else if (a.inv[0]) {
             for (int rr = threadIdx.x; rr < rows; rr += 256) {
                 const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
                 inv_s[tw * 64 + m] = (tw ? a.inv[1] : a.inv[0])[m];
             }
         } else {
-            for (int rr = warp; rr < rows; rr += 8) {
-                const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
-                const float v = pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
-                if (lane == 0) inv_s[tw * 64 + m] = v;
-            }
+            pti_inv_from_pin(a, inv_s, rows, warp, lane);
         }
     }
 #pragma unroll
@@ -459,6 +482,15 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
                 (tw ? a.po[1] : a.po[0])[(pti_u64)m * a.ng + unit * RG + r] = p;
             }
         }
+}
+
+// An inv CTA (PtiArgs.invo): rows 8 c .. 8 c + 7 of the launch, a warp per row.
+__device__ __forceinline__ void pti_inv_cta(const PtiArgs& a, int c, int warp, int lane) {
+    const int rr = c * 8 + warp;
+    if (rr >= a.M[0] + a.M[1]) return;
+    const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
+    const float v = pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
+    if (lane == 0) ((float*)(tw ? a.inv[1] : a.inv[0]))[m] = v;
 }
 
 // U blocks b0, b0+8, ... of this warp, with checks (the tail: blocks past the
@@ -579,13 +611,21 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
 // PF = 1: the main loop is software-pipelined (the next step's loads are issued
 // before this step is computed: twice the registers for loads); PF = 0: a step
 // is loaded, then computed, and the warp has nothing in flight while it computes.
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF>
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     constexpr int S = NTW * RG * MT;
     extern __shared__ __align__(16) unsigned char pti_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int unit = blockIdx.x;
+    int unit = blockIdx.x;
     pti_pdl_trigger();
+    if (INVC && a.n_inv) {   // the inv CTAs first: dispatched first, so done before the epilogues
+        if (unit < a.n_inv) {
+            pti_pdl_wait();
+            pti_inv_cta(a, unit, warp, lane);
+            return;
+        }
+        unit -= a.n_inv;
+    }
     // The cvt masks as run-time values (vec_ok is 0 or 1, so the shift gives 0): PtiCvt.
     const PtiCvt k = pti_cvt_masks<TIN>((unsigned)a.vec_ok >> 31);
     float acc[S * 4];
@@ -650,22 +690,29 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     }
     for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
         pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, k);
-    pti_finish<TIN, TOUT, NTW, RG, MT>(a, unit, warp, lane, acc, (float*)pti_smem);
+    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc, (float*)pti_smem);
+    if (INVC && TOUT == 0 && a.invo[0] && unit == 0)   // a residual launch: the next matmul's inv pending
+        for (int rr = threadIdx.x; rr < a.M[0] + a.M[1]; rr += 256)
+            (rr < a.M[0] ? a.invo[0] : a.invo[1])[rr < a.M[0] ? rr : rr - a.M[0]] = __uint_as_float(PTI_INV_PENDING);
 }
 
-#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB)                                       \
+#define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC)                               \
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok,                            \
         const float* pina, const float* pinb, int ng, float eps, const float* inva,            \
         const float* invb, unsigned short* uoa, unsigned short* uob, float* poa, float* pob,   \
-        const float* ga, const float* gb) {                                                    \
+        const float* ga, const float* gb, float* ioa, float* iob, int n_inv) {                 \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
                            N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {inva, invb},    \
-                           {uoa, uob}, {poa, pob}, {ga, gb}};                                  \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF>(a);                                           \
+                           {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv};               \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC>(a);                                     \
     }
+#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false)
+// "_i1": the same variant in the inv CTAs' form (PtiArgs; more than 8 rows, one twin): its own
+// instantiation, so that the plain variants' code is not touched by it.
+#define PTI_TC_I(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, true)
 
 // Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}[_p1].  The host
 // (pti_cli/backends/cuda.py) picks one per call from M and the matrix's rows; 24.5 KB of dynamic
@@ -697,7 +744,13 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1, TIN, TOUT, 1, 1, 2, 1, 0, 4)    \
     PTI_TC(pti_mm_##TAG##_t1_r1_m2_u2_p1, TIN, TOUT, 1, 1, 2, 2, 1, 2) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2, TIN, TOUT, 1, 1, 1, 2, 0, 5)
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2, TIN, TOUT, 1, 1, 1, 2, 0, 5)    \
+    PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u2_p1_i1, TIN, TOUT, 1, 1, 2, 2, 1, 2) \
+    PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_p1_i1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
+    PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_i1, TIN, TOUT, 1, 1, 2, 1, 0, 4)    \
+    PTI_TC_I(pti_mm_##TAG##_t1_r1_m4_u2_i1, TIN, TOUT, 1, 1, 4, 2, 0, 2)    \
+    PTI_TC_I(pti_mm_##TAG##_t1_r1_m4_u1_i1, TIN, TOUT, 1, 1, 4, 1, 0, 3)    \
+    PTI_TC_I(pti_mm_##TAG##_t1_r1_m8_u1_i1, TIN, TOUT, 1, 1, 8, 1, 0, 1)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -35,9 +36,10 @@ ATTN_CHUNK = 64                  # KV positions per attention block: fixed, so r
 # (docs/bench/kernels_h200_*.json): time(M) / time(1) is 1.00-1.10 up to 8 rows, 1.17-1.58 at 16,
 # 1.65-2.31 at 32.  Drafts are cut so that a pass, padded to its graph bucket, stays within it.
 FREE_ROWS = 8
-# A scaled matmul of more rows takes each row's inv from one small launch (KernelLinear.scaled):
-# every CTA summing 1 KB of partials per row costs more than that launch past a few rows (perf.md,
-# sessions 6 and 9).
+# A scaled matmul of more rows reads each row's inv, one float, instead of summing the row's
+# partial sums in every CTA: past a few rows that costs more (perf.md, sessions 6 and 9).  Its own
+# first CTAs compute them where the residual launch before it set their slots pending
+# (KernelLinear.residual: no launch between the two); else one small launch does (the first layer).
 INV_IN_EPILOGUE_ROWS = 8
 RING = 3   # passes of one bucket whose picks may be in flight (launched, not yet read) at once
 
@@ -112,9 +114,10 @@ class KernelLinear:
         parts = [(self.twin, 0, M)] if self.n_twins == 1 else [(0, 0, n_a), (1, n_a, M)]
         return [p for p in parts if p[2] > p[1]]
 
-    def scaled(self, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int) -> torch.Tensor | None:
+    def scaled(self, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
+               inv: torch.Tensor | None = None) -> torch.Tensor | None:
         """inv(p) * (u @ W^T), the scale inside the kernel's epilogue (see `scaled` below); None where
-        the backend has no epilogues."""
+        the backend has no epilogues.  inv: the rows' inv slots a residual launch set pending."""
         from .backends.cuda import Epilogue
         if not getattr(self.backend, "epilogue_ok", lambda: False)():
             return None
@@ -124,7 +127,10 @@ class KernelLinear:
         parts = self._parts(M, n_a)
         if M <= INV_IN_EPILOGUE_ROWS:   # each CTA sums its rows' partials itself: no launch
             epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts])
-        else:   # summed once, so that the CTAs read one float per row instead of the partials
+        elif inv is not None and len(parts) == 1 and self.backend.inv_form_ok(M, self.w, y.dtype, self.glu):
+            # summed once by the launch's first CTAs, read by the others
+            epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts], inv=[inv[lo:hi] for _, lo, hi in parts])
+        else:   # summed once by a launch, so that the CTAs read one float per row instead of the partials
             inv = self.backend.row_inv(p, u.shape[1], eps)
             epi = Epilogue(p.shape[1], eps, inv=[inv[lo:hi] for _, lo, hi in parts])
         self.backend.matmul_epi([t for t, _, _ in parts], [u[lo:hi] for _, lo, hi in parts], self.w,
@@ -132,8 +138,10 @@ class KernelLinear:
         return y
 
     def residual(self, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int):
-        """x += bf16(a @ W^T) in place; returns the next norm's (u, p) (see `residual` below), from
-        the kernel's epilogue; None where the backend has no epilogues."""
+        """x += bf16(a @ W^T) in place; returns the next norm's (u, p, inv) (see `residual` below),
+        from the kernel's epilogue; None where the backend has no epilogues.  inv: past
+        INV_IN_EPILOGUE_ROWS rows of one twin in one launch, the rows' inv slots, pending, for the
+        next matmul to fill (else None; PTI_INV_CTAS=0: None, for A/B runs)."""
         from .backends.cuda import Epilogue
         if not getattr(self.backend, "epilogue_ok", lambda: False)() or self.glu or self.out_dtype is not None:
             return None
@@ -142,12 +150,15 @@ class KernelLinear:
         u = torch.empty((M, d), dtype=a.dtype, device=a.device)
         p = torch.empty((M, ng), dtype=torch.float32, device=a.device)
         parts = self._parts(M, n_a)
-        self.backend.matmul_epi([t for t, _, _ in parts], [a[lo:hi] for _, lo, hi in parts], self.w,
-                                [x[lo:hi] for _, lo, hi in parts],
-                                Epilogue(ng, 0.0, uo=[u[lo:hi] for _, lo, hi in parts],
-                                         po=[p[lo:hi] for _, lo, hi in parts],
-                                         g=[g if g.dim() == 1 else g[t] for t, _, _ in parts]))
-        return u, p
+        inv = None
+        if (M > INV_IN_EPILOGUE_ROWS and len(parts) == 1 and os.environ.get("PTI_INV_CTAS", "1") != "0"
+                and self.backend.inv_form_ok(M, self.w, torch.float32)):
+            inv = torch.empty(M, dtype=torch.float32, device=a.device)
+        cut = lambda t: [t[lo:hi] for _, lo, hi in parts] if t is not None else []   # noqa: E731
+        self.backend.matmul_epi([t for t, _, _ in parts], cut(a), self.w, cut(x),
+                                Epilogue(ng, 0.0, uo=cut(u), po=cut(p), g=[g if g.dim() == 1 else g[t] for t, _, _ in parts],
+                                         invo=cut(inv)))
+        return u, p, inv
 
 
 # ---------------------------------------------------------------- the RMSNorm, split around the matmuls
@@ -168,9 +179,11 @@ def norm_parts(x: torch.Tensor, g: torch.Tensor, n_a: int, dtype) -> tuple[torch
     return (x * g).to(dtype), sq.view(M, -1, 16).sum(-1)
 
 
-def scaled(lin: Any, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int) -> torch.Tensor:
-    """lin(bf16(RMSNorm(x) * g)) from the norm's parts: inv * (u @ W^T), inv = rsqrt(sum(p) / d + eps)."""
-    y = lin.scaled(u, p, eps, n_a) if hasattr(lin, "scaled") else None
+def scaled(lin: Any, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
+           inv: torch.Tensor | None = None) -> torch.Tensor:
+    """lin(bf16(RMSNorm(x) * g)) from the norm's parts: inv * (u @ W^T), inv = rsqrt(sum(p) / d + eps)
+    (inv: the slots the residual launch before set pending, or None)."""
+    y = lin.scaled(u, p, eps, n_a, inv) if hasattr(lin, "scaled") else None
     if y is None:
         if getattr(lin, "glu", False):   # silu(gate) * up comes out of the matmul: too late to scale
             raise PtiError("a fused gate/up matrix needs the kernels' norm epilogue")
@@ -181,11 +194,12 @@ def scaled(lin: Any, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int) -> 
 
 
 def residual(lin: Any, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype):
-    """x += lin(a) (rounded to the activations' dtype); returns the next norm's (u, p) for weights g."""
+    """x += lin(a) (rounded to the activations' dtype); returns the next norm's (u, p, inv) for
+    weights g (inv: the next matmul's pending inv slots, or None)."""
     res = lin.residual(a, x, g, n_a) if hasattr(lin, "residual") else None
     if res is None:
         x += lin(a, n_a).to(dtype).float()
-        res = norm_parts(x, g, n_a, dtype)
+        res = norm_parts(x, g, n_a, dtype) + (None,)
     return res
 
 
@@ -393,14 +407,15 @@ class GpuModel:
         L, act, eps = self.w.layers, self.act_dtype, sh.eps
         x = ops.embed(self.w.embed, tokens, n_a)             # the residual stream, float32
         u, p = ops.norm_parts(x, L[0].attn_norm, n_a, act)  # the next norm's parts (see `scaled`)
+        inv = None
         for i, lw in enumerate(L):
-            q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a), pos, slot, i)
+            q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a, inv), pos, slot, i)
             a = ops.attention(self, q, pos, slot, i, S, P)
-            u, p = residual(lw.wo, a, x, lw.ffn_norm, n_a, act)
-            gu = scaled(lw.wgu, u, p, eps, n_a)
+            u, p, inv = residual(lw.wo, a, x, lw.ffn_norm, n_a, act)
+            gu = scaled(lw.wgu, u, p, eps, n_a, inv)
             g_next = L[i + 1].attn_norm if i + 1 < len(L) else self.w.out_norm
-            u, p = residual(lw.wdown, gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), x, g_next, n_a, act)
-        return scaled(self.w.output, u, p, eps, n_a)
+            u, p, inv = residual(lw.wdown, gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), x, g_next, n_a, act)
+        return scaled(self.w.output, u, p, eps, n_a, inv)
 
     # -- host side of one pass
     def _bucket_key(self, seqs: Sequence[SeqRows]) -> tuple[int, int, int]:

@@ -20,8 +20,10 @@ def test_nvrtc_compiles_and_caches(tmp_path, monkeypatch):
     res = first.resources
     from pti_cli.backends.cuda import all_variants
     variants = all_variants()
+    from pti_cli.backends.cuda import INV_VARIANTS
     for tag in ("bf16_f32", "bf16_out", "f16_f32", "f16_out"):   # every kernel the host may launch
         assert all(f"pti_mm_{tag}_{v}" in res for v in variants)
+        assert all(f"pti_mm_{tag}_{v}_i1" in res for v in INV_VARIANTS)
         assert f"pti_mmg_{tag}_t1" in res and f"pti_mmg_{tag}_t2" in res
     assert "pti_stream_read" in res
     for name, r in res.items():
@@ -178,10 +180,10 @@ def test_variant_names_match_the_kernel_source():
     absent), and the name parses as launch_args parses it."""
     import re
     from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import all_variants, split_variant
+    from pti_cli.backends.cuda import INV_VARIANTS, all_variants, split_variant
 
-    assert split_variant("t1_r1_m1_u4_p1") == {"t": 1, "r": 1, "m": 1, "u": 4, "p": 1}
-    assert split_variant("t2_r2_m1_u2") == {"t": 2, "r": 2, "m": 1, "u": 2, "p": 0}
+    assert split_variant("t1_r1_m1_u4_p1") == {"t": 1, "r": 1, "m": 1, "u": 4, "p": 1, "i": 0}
+    assert split_variant("t2_r2_m1_u2") == {"t": 2, "r": 2, "m": 1, "u": 2, "p": 0, "i": 0}
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_TC\(pti_mm_##TAG##_(\w+), TIN, TOUT, ([\d, ]+)\)", kernel_source())}
     assert any(split_variant(v)["p"] for v in all_variants())
@@ -190,6 +192,13 @@ def test_variant_names_match_the_kernel_source():
         assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
         assert minb in (1, 2, 3, 4, 5), v
         assert split_variant(f"pti_mm_bf16_f32_{v}".split("_", 4)[4]) == split_variant(v)
+    # the inv CTAs' form: the same template arguments and MINB as the plain variant, one twin, 2+ row tiles
+    inv = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
+           for m in re.finditer(r"PTI_TC_I\(pti_mm_##TAG##_(\w+)_i1, TIN, TOUT, ([\d, ]+)\)", kernel_source())}
+    assert sorted(inv) == sorted(INV_VARIANTS) and INV_VARIANTS
+    for v in INV_VARIANTS:
+        assert inv[v] == inst[v] and split_variant(v)["t"] == 1 and split_variant(v)["m"] >= 2, v
+        assert split_variant(f"{v}_i1")["i"] == 1 and split_variant(v)["i"] == 0
 
 
 def test_variant_overrides_from_the_environment(monkeypatch):

@@ -53,6 +53,9 @@ EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u2_p1", "t1_r1_m2_u3",
                   "t1_r1_m2_u4")
 TWIN_KERNEL_MAX_ROWS = 8
+# The policy's one-twin variants of two or more row tiles (more than 8 rows) also exist in the inv
+# CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
+INV_VARIANTS = tuple(dict.fromkeys(v for lim, names in TC_VARIANTS[1] if lim > 8 for v in names.values()))
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
@@ -111,9 +114,9 @@ def all_variants() -> list[str]:
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
-    (p: the pipelined main loop, 0 when absent)."""
-    return {"p": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
+    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 'i': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
+    (p: the pipelined main loop; i: the inv CTAs' form; 0 when absent)."""
+    return {"p": 0, "i": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
 
 
 # the tensor-core kernels' dynamic shared memory (pti_finish): the cross-warp reduction (16 KB), each
@@ -127,7 +130,10 @@ class Epilogue:
     launch: `pin` (the input rows' partial sums of x^2: scale each row's sums by its inv) or `inv`
     (the rows' inv itself, `row_inv`), or `uo`, `po`, `g` (the outputs are added into the float32
     residual rows passed as outputs; the next norm's u and partial sums are written).  Per-twin
-    tensors are row-aligned with the rows."""
+    tensors are row-aligned with the rows.  Both `pin` and `inv`: the launch's first `n_inv` CTAs
+    (None: enough for every row) compute the rows' inv into `inv`, the others read them there (a
+    row still pending: they sum them all themselves).  `invo` (a residual epilogue):
+    the next matmul's inv, set pending by this launch (kernels/pti_kernel.hip, PtiArgs)."""
     ng: int
     eps: float = 0.0
     pin: list = field(default_factory=list)
@@ -135,16 +141,36 @@ class Epilogue:
     uo: list = field(default_factory=list)
     po: list = field(default_factory=list)
     g: list = field(default_factory=list)
+    invo: list = field(default_factory=list)
+    n_inv: int | None = None
 
     def rows(self, lo: int, hi: int) -> "Epilogue":
         cut = lambda ts: [t[lo:hi] for t in ts]   # noqa: E731
-        return Epilogue(self.ng, self.eps, cut(self.pin), cut(self.inv), cut(self.uo), cut(self.po), list(self.g))
+        return Epilogue(self.ng, self.eps, cut(self.pin), cut(self.inv), cut(self.uo), cut(self.po), list(self.g),
+                        cut(self.invo), 0 if self.n_inv == 0 else None)
+
+    def twin(self, i: int) -> "Epilogue":
+        """The epilogue of the launch's i-th twin alone."""
+        one = lambda ts: ts[i:i + 1]   # noqa: E731
+        return Epilogue(self.ng, self.eps, one(self.pin), one(self.inv), one(self.uo), one(self.po), one(self.g),
+                        one(self.invo), 0 if self.n_inv == 0 else None)
+
+    def inv_form(self) -> bool:
+        """Whether the launch takes the kernels' inv CTAs' form ("_i1": inv slots to fill or set pending)."""
+        return bool(self.invo) or bool(self.pin and self.inv)
+
+    def inv_ctas(self) -> int:
+        """CTAs the launch adds in front of the matmul's to compute the rows' inv (8 rows each)."""
+        if not (self.pin and self.inv):
+            return 0
+        return -(-sum(t.shape[0] for t in self.pin) // 8) if self.n_inv is None else self.n_inv
 
     def args(self) -> tuple[tuple, tuple]:
         def two(ts):
             return tuple(t.data_ptr() for t in ts) + (0,) * (2 - len(ts))
-        vals = two(self.pin) + (self.ng, float(self.eps)) + two(self.inv) + two(self.uo) + two(self.po) + two(self.g)
-        return vals, (ctypes.c_void_p,) * 2 + (ctypes.c_int, ctypes.c_float) + (ctypes.c_void_p,) * 8
+        vals = (two(self.pin) + (self.ng, float(self.eps)) + two(self.inv) + two(self.uo) + two(self.po)
+                + two(self.g) + two(self.invo) + (self.inv_ctas(),))
+        return vals, (ctypes.c_void_p,) * 2 + (ctypes.c_int, ctypes.c_float) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)
 
 
 class KernelBackend(Backend):
@@ -261,16 +287,25 @@ class KernelBackend(Backend):
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
-                                                          ys[0].dtype, rows=packs[0].rows, glu=glu),
+                                                          ys[0].dtype, rows=packs[0].rows, glu=glu,
+                                                          inv_form=epi is not None and epi.inv_form()),
                         epi.rows(m0, m0 + MAX_ROWS) if epi is not None else None)
 
     def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None,
-                    rows: int = 0, glu: bool = False) -> str:
-        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few)."""
+                    rows: int = 0, glu: bool = False, inv_form: bool = False) -> str:
+        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few); inv_form:
+        its "_i1" instantiation (Epilogue.inv_form)."""
         tag = ACT_TAGS[act] + ("_glu" if glu else "_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
-        return f"pti_mm_{tag}_{variant or variant_for(twins, m, width_class(rows / 16 / self.sm_count))}"
+        v = variant or variant_for(twins, m, width_class(rows / 16 / self.sm_count))
+        return f"pti_mm_{tag}_{v}" + ("_i1" if inv_form else "")
+
+    def inv_form_ok(self, m: int, w: "KernelMatrix", out: torch.dtype, glu: bool = False) -> bool:
+        """Whether one twin's m rows through w go in one launch of a kernel that has the inv CTAs'
+        form (more than 8 rows, at most MAX_ROWS, the policy's variant; not the HIP kernels)."""
+        return (self.epilogue_ok() and 8 < m <= MAX_ROWS
+                and self.kernel_name(1, m, self.act_dtype, out, rows=w.rows, glu=glu, inv_form=True) in self.funcs)
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor],
                     epi: Epilogue | None = None):
@@ -294,12 +329,16 @@ class KernelBackend(Backend):
                 xp[0], xp[1], ptr(ys[0]), ptr(ys[1] if len(ys) > 1 else None),
                 ms[0], ms[1], p0.rows, p0.cols, nb, ldx, p0.rows // 2 if "_glu_" in name else p0.rows, vec_ok)
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
+        extra = 0
         if name.startswith("pti_mm_"):   # the tensor-core kernels' epilogue arguments
             ev, et = (epi or Epilogue(0)).args()
             vals, types = vals + ev, types + et
+            extra = epi.inv_ctas() if epi is not None else 0   # in front of the matmul's CTAs
+            if epi is not None and epi.inv_form() != name.endswith("_i1"):
+                raise PtiError(f"{name}: the inv CTAs' form and the kernel do not match")
         elif epi is not None:
             raise PtiError(f"{name} has no norm epilogue")
-        return g // rg, vals, types
+        return g // rg + extra, vals, types
 
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
@@ -328,9 +367,7 @@ class KernelBackend(Backend):
                 raise PtiError(f"matmul_epi: rows {tuple(x.shape)} -> {tuple(y.shape)} do not fit a {w.rows}x{w.cols} matrix")
         if len(twins) == 2 and max(x.shape[0] for x in xs) > TWIN_KERNEL_MAX_ROWS:   # as matmul_twins
             for i in range(2):
-                one = Epilogue(epi.ng, epi.eps, epi.pin[i:i + 1], epi.inv[i:i + 1], epi.uo[i:i + 1], epi.po[i:i + 1],
-                               epi.g[i:i + 1])
-                self.matmul_epi([twins[i]], [xs[i]], w, [ys[i]], one)
+                self.matmul_epi([twins[i]], [xs[i]], w, [ys[i]], epi.twin(i))
             return
         self._run([w.packs[w.plane[t]] for t in twins], xs, ys, w.glu, epi)
 
@@ -427,6 +464,8 @@ class CudaBackend(KernelBackend):
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
                           for v in all_variants()]
                 names += [f"pti_mm_bf16_glu_{v}" for v in all_variants()]
+                names += [f"pti_mm_{t}_{v}_i1" for t in ("bf16_f32", "bf16_out", "bf16_glu", "f16_f32", "f16_out")
+                          for v in INV_VARIANTS]
             carveout = mm_carveout()
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")

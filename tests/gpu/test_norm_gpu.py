@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pti_cli.gpu_model import make_linear, norm_parts
+from pti_cli.gpu_model import INV_IN_EPILOGUE_ROWS, make_linear, norm_parts
 
 pytestmark = pytest.mark.gpu
 
@@ -41,16 +41,21 @@ def norm_weights(twins: int, d: int) -> torch.Tensor:
 @pytest.mark.parametrize("twins", [1, 2])
 def test_residual_epilogue(backend, ops, n, k, twins):
     """x += bf16(a @ W^T), u = bf16(x * g) and the partial sums, as the plain matmul + an add +
-    the norm_parts kernel give them."""
+    the norm_parts kernel give them; past INV_IN_EPILOGUE_ROWS rows the next matmul's inv slots, set
+    pending (over poison)."""
     lin = make_linear([rand_q8(n, k) for _ in range(twins)], DEV, backend)
     g = norm_weights(twins, n)
-    for m in (1, 2, 5, 16, 40):
+    for m in (1, 2, 5, 9, 16, 40, 130):
         n_a = m // 2 if twins == 2 else m
         a = torch.randn(m, k, generator=GEN).bfloat16().to(DEV)
         x = (torch.randn(m, n, generator=GEN) * 3).to(DEV)
         x_ref = x + lin(a, n_a).float()
         u_want, p_want = ops.norm_parts(x_ref, g, n_a, torch.bfloat16)
-        u, p = lin.residual(a, x, g, n_a)
+        torch.empty(4096, dtype=torch.float32, device=DEV).fill_(1.5)   # poison what torch.empty may reuse
+        u, p, inv = lin.residual(a, x, g, n_a)
+        assert (inv is not None) == (twins == 1 and INV_IN_EPILOGUE_ROWS < m <= 64), m   # one launch, one twin
+        if inv is not None:
+            assert (inv.view(torch.int32) == -1).all(), m   # PTI_INV_PENDING
         assert torch.equal(x, x_ref), m
         assert torch.equal(u.view(torch.int16), u_want.view(torch.int16)), m
         assert torch.equal(p, p_want), m
@@ -88,10 +93,39 @@ def test_scaled_epilogue(backend, ops, n, k, twins, kind):
     err = (y.double() - ref).norm(dim=1) / ref.norm(dim=1)
     assert err.max() < (1e-5 if kind == "f32" else 2e-2), err.max()
     bits = torch.int32 if y.dtype == torch.float32 else torch.int16
+    # the inv from the launch's own first CTAs (slots a residual launch set pending), and from its
+    # matmul CTAs themselves where no inv CTA did them (n_inv = 0): the same bits.  Two twins' rows
+    # (two parts) take the launch's inv instead and leave the slots alone.
+    for n_inv in (None, 0):
+        slots = torch.full((40,), -1, dtype=torch.int32, device=DEV).view(torch.float32)
+        if n_inv is None:
+            y2 = lin.scaled(u, p, 1e-5, n_a, slots)
+            if twins == 1:
+                assert torch.equal(slots, backend.row_inv(p, k, 1e-5))
+        elif twins == 1:
+            y2 = poisoned_scaled(backend, lin, u, p, n_a, slots, n_inv)
+        else:
+            continue
+        if twins == 2 or n_inv == 0:
+            assert (slots.view(torch.int32) == -1).all()   # nobody wrote them
+        assert torch.equal(y2.view(bits), y.view(bits)), n_inv
     for i in (0, 7, n_a - 1, 39):   # alone, as twin A's or twin B's only row
         tw_a = 1 if (twins == 2 and i < n_a) else 0
         one = lin.scaled(u[i:i + 1], p[i:i + 1], 1e-5, tw_a if twins == 2 else 1)
         assert torch.equal(one.view(bits), y[i:i + 1].view(bits)), i
+
+
+def poisoned_scaled(backend, lin, u, p, n_a, slots, n_inv):
+    """lin.scaled's launch with the inv slots given and n_inv inv CTAs, into NaN-poisoned outputs."""
+    from pti_cli.backends.cuda import Epilogue
+    M = u.shape[0]
+    parts = lin._parts(M, n_a)
+    y = torch.full((M, lin.w.rows // 2 if lin.glu else lin.w.rows), float("nan"), dtype=lin.out_dtype or u.dtype,
+                   device=DEV)
+    cut = lambda t: [t[lo:hi] for _, lo, hi in parts]   # noqa: E731
+    backend.matmul_epi([t for t, _, _ in parts], cut(u), lin.w, cut(y),
+                       Epilogue(p.shape[1], 1e-5, pin=cut(p), inv=cut(slots), n_inv=n_inv))
+    return y
 
 
 def test_norm_parts_kernel_matches_torch(ops):
@@ -102,3 +136,34 @@ def test_norm_parts_kernel_matches_torch(ops):
         u_t, p_t = norm_parts(x, g, 3, torch.bfloat16)
         assert torch.equal(u.view(torch.int16), u_t.view(torch.int16))
         assert p.shape == (6, -(-d // 16)) and torch.allclose(p, p_t, rtol=1e-5)
+
+
+def test_inv_ctas_form_of_every_variant(backend, ops, monkeypatch):
+    """Each "_i1" variant (kernels/pti_kernel.hip PtiArgs), picked through PTI_VARIANTS: as the
+    residual launch it sets the slots pending; as the scaled launch it fills them with row_inv's bits
+    and gives the outputs of the plain variant with a row_inv launch, also with no inv CTA (n_inv = 0,
+    every matmul CTA sums the rows itself).  K not a multiple of 32."""
+    from pti_cli.backends.cuda import INV_VARIANTS, TC_VARIANTS, split_variant
+    n, k = 512, 1000
+    for v in INV_VARIANTS:
+        rows = 8 * split_variant(v)["m"] - 3   # a partial last tile
+        limit = next(lim for lim, _ in TC_VARIANTS[1] if rows <= lim)
+        monkeypatch.setenv("PTI_VARIANTS", ";".join(f"1:{limit}:{w}={v}" for w in "nwx"))
+        res = make_linear([rand_q8(k, n)], DEV, backend)
+        a = torch.randn(rows, n, generator=GEN).bfloat16().to(DEV)
+        x = (torch.randn(rows, k, generator=GEN) * 2).to(DEV)
+        g = norm_weights(1, k)
+        torch.empty(4096, dtype=torch.float32, device=DEV).fill_(1.5)   # poison what torch.empty may reuse
+        u, p, slots = res.residual(a, x, g, rows)
+        assert slots is not None and (slots.view(torch.int32) == -1).all(), v
+        for kind in ("out", "f32", "glu"):
+            lin = make_linear([rand_q8(n, k)], DEV, backend, out_f32=kind == "f32", glu=kind == "glu")
+            bits = torch.int32 if kind == "f32" else torch.int16
+            want = lin.scaled(u, p, 1e-5, rows)   # the plain variant after a row_inv launch
+            s = slots.clone()
+            got = lin.scaled(u, p, 1e-5, rows, s)
+            assert torch.equal(s, backend.row_inv(p, k, 1e-5)), (v, kind)
+            assert torch.equal(got.view(bits), want.view(bits)), (v, kind)
+            s = slots.clone()
+            got = poisoned_scaled(backend, lin, u, p, rows, s, 0)
+            assert (s.view(torch.int32) == -1).all() and torch.equal(got.view(bits), want.view(bits)), (v, kind)
