@@ -4,7 +4,8 @@
 # lookup replay).  Run from anywhere with .whl/ (the gguf wheel) carried; results in $OUT
 # (few files: the device returns at most eight).   bash docs/bench/run_h200.sh [quick]
 # The log's "sources" line identifies the code that ran (the device's `git log` line can be stale):
-# here, `cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum` at the commit.
+# here, `LC_ALL=C; cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum` at the commit (LC_ALL=C: the globs'
+# order is the locale's, and the device's differed from this machine's).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -13,7 +14,7 @@ source scripts/device_cache.sh   # PTI_CACHE_DIR: kernel binaries of earlier cal
 LOG=$OUT/run.log
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader;
   python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; git log --oneline -1 2>/dev/null;
-  echo "sources: $(cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum | cut -c1-16)"; } >> "$LOG" 2>&1
+  echo "sources: $(LC_ALL=C; cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum | cut -c1-16)"; } >> "$LOG" 2>&1
 step() { echo "== $(date -u +%T) $*" >> "$LOG"; }
 
 step make test-gpu
