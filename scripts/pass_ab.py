@@ -4,7 +4,8 @@ with that tree first on the path, ms per pass of plain decoding on the synthetic
 (`decode_greedy`, 64 passes from position 512, after a warm-up): one sequence, 16, 32, and two
 distinct twins at two sequences; and ms of one sequence's 512-token prefill (the second one).  Trees: folders holding pti_cli/ and kernels/ (e.g. from
 `git archive COMMIT pti_cli kernels`), each optionally followed by environment settings for its
-process (`TREE,PTI_PDL=0`).
+process (`TREE,PTI_PDL=0`).  PTI_AB_START: the decode's first position instead of 512 (at most 576: the model
+holds 640 positions).
     python3 scripts/pass_ab.py TREE[,VAR=VALUE...] [TREE ...]"""
 
 import os
@@ -12,13 +13,14 @@ import subprocess
 import sys
 
 SNIPPET = r"""
-import time, torch
+import os, time, torch
 from pti_cli.bench import build_model
 from pti_cli.gpu_model import SeqRows
 from pti_cli.gpu_ops import CudaOps, kernel_backend
 dev = torch.device("cuda")
 ops, be = CudaOps(dev), kernel_backend(dev)
 out = []
+start = int(os.environ.get("PTI_AB_START", "512"))
 for twins, cases in (("a", (1, 16, 32)), ("ab", (2,))):
     m = build_model("8b", dev, twins, 32, 640, ops, be)
     for S in cases:
@@ -28,7 +30,7 @@ for twins, cases in (("a", (1, 16, 32)), ("ab", (2,))):
             torch.cuda.synchronize(); t = time.perf_counter()
             m.prefill([SeqRows(0, list(range(1, 513)), 0, 0)])
             torch.cuda.synchronize(); out.append(f"prefill,1: {(time.perf_counter() - t) * 1e3:.1f}")
-        seqs = [SeqRows(i, [5], 512, tw[i]) for i in range(S)]
+        seqs = [SeqRows(i, [5], start, tw[i]) for i in range(S)]
         m.decode_greedy(seqs, 8)   # capture, warm-up
         best = []
         for _ in range(3):
