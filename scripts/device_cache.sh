@@ -9,6 +9,17 @@
 # .carry/ is git-ignored; delete .carry/pti-cache when it grows (it travels with every call).
 export PTI_CACHE_DIR="$PWD/.carry/pti-cache"
 mkdir -p "$PTI_CACHE_DIR/kernels"
+# Only this tree's binaries (pti_kernel.hip's and pti_ops.hip's for this GPU): the device returns files
+# of at most 16 MiB, and a cache holding several trees' builds outgrew that in session 14.
 kcache_save() {
-    tar -cf "${OUT:-/tmp/out}/kcache.tar" -C "$PWD/.carry" pti-cache/kernels
+    local names
+    names=$(python3 -c "
+import torch
+from pti_cli.backends.compile import cache_path
+major, minor = torch.cuda.get_device_capability()
+for n in ('pti_kernel.hip', 'pti_ops.hip'):
+    p = cache_path('cuda', f'sm_{major}{minor}', n)
+    if p.is_file():
+        print('pti-cache/kernels/' + p.name)") || return 1
+    [ -n "$names" ] && tar -cf "${OUT:-/tmp/out}/kcache.tar" -C "$PWD/.carry" $names
 }

@@ -31,6 +31,9 @@ def test_nvrtc_compiles_and_caches(tmp_path, monkeypatch):
     again = cached_binary("cuda", "sm_90")
     assert again.cached and again.binary == first.binary
     assert len(list((tmp_path / "kernels").iterdir())) == 1
+    from pti_cli.backends.compile import cache_path   # what scripts/device_cache.sh saves
+    assert cache_path("cuda", "sm_90").read_bytes() == first.binary
+    assert not cache_path("cuda", "sm_80").exists() and not cache_path("cuda", "sm_90", "pti_ops.hip").exists()
 
 
 def test_nvrtc_reports_compile_errors():

@@ -157,16 +157,22 @@ def hiprtc_version() -> str:
     return f"hiprtc {major}.{minor}"
 
 
-def cached_binary(kind: str, arch: str, name: str = "pti_kernel.hip") -> Compiled:
-    """kernels/<name> for `arch`, compiled once per (source, options, compiler, arch)."""
+def cache_path(kind: str, arch: str, name: str = "pti_kernel.hip") -> Path:
+    """Where cached_binary keeps kernels/<name> for `arch`: named by a hash of (source, options,
+    compiler, arch).  (scripts/device_cache.sh saves just these between device calls.)"""
     from ..default_model import cache_dir
 
+    compiler = nvrtc_version() if kind == "cuda" else hiprtc_version()
+    key = hashlib.sha256("\0".join([kernel_source(name), repr(NVRTC_OPTIONS), compiler, arch]).encode()).hexdigest()[:24]
+    return cache_dir() / "kernels" / f"{Path(name).stem}_{kind}_{arch}_{key}.bin"
+
+
+def cached_binary(kind: str, arch: str, name: str = "pti_kernel.hip") -> Compiled:
+    """kernels/<name> for `arch`, compiled once per (source, options, compiler, arch)."""
     source = kernel_source(name)
     compiler = nvrtc_version() if kind == "cuda" else hiprtc_version()
-    key = hashlib.sha256("\0".join([source, repr(NVRTC_OPTIONS), compiler, arch]).encode()).hexdigest()[:24]
-    folder = cache_dir() / "kernels"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{Path(name).stem}_{kind}_{arch}_{key}.bin"
+    path = cache_path(kind, arch, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_file():
         return Compiled(path.read_bytes(), "", arch, compiler, cached=True)
     out = compile_nvrtc(source, arch) if kind == "cuda" else compile_hiprtc(source, arch)
