@@ -294,7 +294,8 @@ struct PtiArgs {
     unsigned short* uo[2];
     float* po[2];
     const float* g[2];
-    // Both pin and inv: the launch's first n_inv CTAs (the inv CTAs, ceil(rows / 8)) compute the
+    // Both pin and inv: the launch's first n_inv CTAs (the inv CTAs, ceil(rows / 8); 0 in a test of
+    // the fallback) compute the
     // rows' inv from pin into inv (a warp per row, pti_row_inv_rows's arithmetic) and exit; the
     // matmul's CTAs read inv, and if any row is still PTI_INV_PENDING they sum every row from pin
     // themselves (the same bits).  A residual launch given invo sets the next matmul's inv slots to
@@ -369,11 +370,16 @@ __device__ __forceinline__ unsigned short pti_glu(float g, float u) {
     return pti_f32_to_bf16(g / (1.f + expf(-g)) * u);
 }
 
+// inv of the launch's row (twin tw, row m of that twin) from its partial sums (pin); one warp.
+__device__ __forceinline__ float pti_pin_inv(const PtiArgs& a, int tw, int m, int lane) {
+    return pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
+}
+
 // Each row's inv from its partial sums into inv_s (a warp per row).
 __device__ __forceinline__ void pti_inv_from_pin(const PtiArgs& a, float* inv_s, int rows, int warp, int lane) {
     for (int rr = warp; rr < rows; rr += 8) {
         const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
-        const float v = pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
+        const float v = pti_pin_inv(a, tw, m, lane);
         if (lane == 0) inv_s[tw * 64 + m] = v;
     }
 }
@@ -489,7 +495,7 @@ __device__ __forceinline__ void pti_inv_cta(const PtiArgs& a, int c, int warp, i
     const int rr = c * 8 + warp;
     if (rr >= a.M[0] + a.M[1]) return;
     const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
-    const float v = pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
+    const float v = pti_pin_inv(a, tw, m, lane);
     if (lane == 0) ((float*)(tw ? a.inv[1] : a.inv[0]))[m] = v;
 }
 

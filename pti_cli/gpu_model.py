@@ -114,6 +114,10 @@ class KernelLinear:
         parts = [(self.twin, 0, M)] if self.n_twins == 1 else [(0, 0, n_a), (1, n_a, M)]
         return [p for p in parts if p[2] > p[1]]
 
+    def _inv_ctas_ok(self, M: int, parts: list, out: torch.dtype) -> bool:
+        """Whether this matrix's M rows go in one launch of a kernel with the inv CTAs' form (one twin)."""
+        return len(parts) == 1 and self.backend.inv_form_ok(M, self.w, out, self.glu)
+
     def scaled(self, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
                inv: torch.Tensor | None = None) -> torch.Tensor | None:
         """inv(p) * (u @ W^T), the scale inside the kernel's epilogue (see `scaled` below); None where
@@ -127,7 +131,7 @@ class KernelLinear:
         parts = self._parts(M, n_a)
         if M <= INV_IN_EPILOGUE_ROWS:   # each CTA sums its rows' partials itself: no launch
             epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts])
-        elif inv is not None and len(parts) == 1 and self.backend.inv_form_ok(M, self.w, y.dtype, self.glu):
+        elif inv is not None and self._inv_ctas_ok(M, parts, y.dtype):
             # summed once by the launch's first CTAs, read by the others
             epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts], inv=[inv[lo:hi] for _, lo, hi in parts])
         else:   # summed once by a launch, so that the CTAs read one float per row instead of the partials
@@ -151,8 +155,7 @@ class KernelLinear:
         p = torch.empty((M, ng), dtype=torch.float32, device=a.device)
         parts = self._parts(M, n_a)
         inv = None
-        if (M > INV_IN_EPILOGUE_ROWS and len(parts) == 1 and os.environ.get("PTI_INV_CTAS", "1") != "0"
-                and self.backend.inv_form_ok(M, self.w, torch.float32)):
+        if M > INV_IN_EPILOGUE_ROWS and os.environ.get("PTI_INV_CTAS", "1") != "0" and self._inv_ctas_ok(M, parts, torch.float32):
             inv = torch.empty(M, dtype=torch.float32, device=a.device)
         cut = lambda t: [t[lo:hi] for _, lo, hi in parts] if t is not None else []   # noqa: E731
         self.backend.matmul_epi([t for t, _, _ in parts], cut(a), self.w, cut(x),

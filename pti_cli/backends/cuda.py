@@ -130,9 +130,9 @@ class Epilogue:
     launch: `pin` (the input rows' partial sums of x^2: scale each row's sums by its inv) or `inv`
     (the rows' inv itself, `row_inv`), or `uo`, `po`, `g` (the outputs are added into the float32
     residual rows passed as outputs; the next norm's u and partial sums are written).  Per-twin
-    tensors are row-aligned with the rows.  Both `pin` and `inv`: the launch's first `n_inv` CTAs
-    (None: enough for every row) compute the rows' inv into `inv`, the others read them there (a
-    row still pending: they sum them all themselves).  `invo` (a residual epilogue):
+    tensors are row-aligned with the rows.  Both `pin` and `inv`: the launch's first CTAs compute
+    the rows' inv into `inv`, the others read them there (a row still pending: they sum them all
+    themselves; `no_inv_ctas`, for tests: only that).  `invo` (a residual epilogue):
     the next matmul's inv, set pending by this launch (kernels/pti_kernel.hip, PtiArgs)."""
     ng: int
     eps: float = 0.0
@@ -142,18 +142,18 @@ class Epilogue:
     po: list = field(default_factory=list)
     g: list = field(default_factory=list)
     invo: list = field(default_factory=list)
-    n_inv: int | None = None
+    no_inv_ctas: bool = False
 
     def rows(self, lo: int, hi: int) -> "Epilogue":
         cut = lambda ts: [t[lo:hi] for t in ts]   # noqa: E731
         return Epilogue(self.ng, self.eps, cut(self.pin), cut(self.inv), cut(self.uo), cut(self.po), list(self.g),
-                        cut(self.invo), 0 if self.n_inv == 0 else None)
+                        cut(self.invo), self.no_inv_ctas)
 
     def twin(self, i: int) -> "Epilogue":
         """The epilogue of the launch's i-th twin alone."""
         one = lambda ts: ts[i:i + 1]   # noqa: E731
         return Epilogue(self.ng, self.eps, one(self.pin), one(self.inv), one(self.uo), one(self.po), one(self.g),
-                        one(self.invo), 0 if self.n_inv == 0 else None)
+                        one(self.invo), self.no_inv_ctas)
 
     def inv_form(self) -> bool:
         """Whether the launch takes the kernels' inv CTAs' form ("_i1": inv slots to fill or set pending)."""
@@ -161,9 +161,9 @@ class Epilogue:
 
     def inv_ctas(self) -> int:
         """CTAs the launch adds in front of the matmul's to compute the rows' inv (8 rows each)."""
-        if not (self.pin and self.inv):
+        if not (self.pin and self.inv) or self.no_inv_ctas:
             return 0
-        return -(-sum(t.shape[0] for t in self.pin) // 8) if self.n_inv is None else self.n_inv
+        return -(-sum(t.shape[0] for t in self.pin) // 8)
 
     def args(self) -> tuple[tuple, tuple]:
         def two(ts):

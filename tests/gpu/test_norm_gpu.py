@@ -94,29 +94,30 @@ def test_scaled_epilogue(backend, ops, n, k, twins, kind):
     assert err.max() < (1e-5 if kind == "f32" else 2e-2), err.max()
     bits = torch.int32 if y.dtype == torch.float32 else torch.int16
     # the inv from the launch's own first CTAs (slots a residual launch set pending), and from its
-    # matmul CTAs themselves where no inv CTA did them (n_inv = 0): the same bits.  Two twins' rows
+    # matmul CTAs themselves where no inv CTA did them (the fallback): the same bits.  Two twins' rows
     # (two parts) take the launch's inv instead and leave the slots alone.
-    for n_inv in (None, 0):
+    for fallback in (False, True):
         slots = torch.full((40,), -1, dtype=torch.int32, device=DEV).view(torch.float32)
-        if n_inv is None:
+        if not fallback:
             y2 = lin.scaled(u, p, 1e-5, n_a, slots)
             if twins == 1:
                 assert torch.equal(slots, backend.row_inv(p, k, 1e-5))
         elif twins == 1:
-            y2 = poisoned_scaled(backend, lin, u, p, n_a, slots, n_inv)
+            y2 = poisoned_scaled(backend, lin, u, p, n_a, slots)
         else:
             continue
-        if twins == 2 or n_inv == 0:
+        if twins == 2 or fallback:
             assert (slots.view(torch.int32) == -1).all()   # nobody wrote them
-        assert torch.equal(y2.view(bits), y.view(bits)), n_inv
+        assert torch.equal(y2.view(bits), y.view(bits)), fallback
     for i in (0, 7, n_a - 1, 39):   # alone, as twin A's or twin B's only row
         tw_a = 1 if (twins == 2 and i < n_a) else 0
         one = lin.scaled(u[i:i + 1], p[i:i + 1], 1e-5, tw_a if twins == 2 else 1)
         assert torch.equal(one.view(bits), y[i:i + 1].view(bits)), i
 
 
-def poisoned_scaled(backend, lin, u, p, n_a, slots, n_inv):
-    """lin.scaled's launch with the inv slots given and n_inv inv CTAs, into NaN-poisoned outputs."""
+def poisoned_scaled(backend, lin, u, p, n_a, slots):
+    """lin.scaled's launch with the inv slots given and no inv CTA (the fallback: every matmul CTA
+    sums the rows itself), into NaN-poisoned outputs."""
     from pti_cli.backends.cuda import Epilogue
     M = u.shape[0]
     parts = lin._parts(M, n_a)
@@ -124,7 +125,7 @@ def poisoned_scaled(backend, lin, u, p, n_a, slots, n_inv):
                    device=DEV)
     cut = lambda t: [t[lo:hi] for _, lo, hi in parts]   # noqa: E731
     backend.matmul_epi([t for t, _, _ in parts], cut(u), lin.w, cut(y),
-                       Epilogue(p.shape[1], 1e-5, pin=cut(p), inv=cut(slots), n_inv=n_inv))
+                       Epilogue(p.shape[1], 1e-5, pin=cut(p), inv=cut(slots), no_inv_ctas=True))
     return y
 
 
@@ -141,7 +142,7 @@ def test_norm_parts_kernel_matches_torch(ops):
 def test_inv_ctas_form_of_every_variant(backend, ops, monkeypatch):
     """Each "_i1" variant (kernels/pti_kernel.hip PtiArgs), picked through PTI_VARIANTS: as the
     residual launch it sets the slots pending; as the scaled launch it fills them with row_inv's bits
-    and gives the outputs of the plain variant with a row_inv launch, also with no inv CTA (n_inv = 0,
+    and gives the outputs of the plain variant with a row_inv launch, also with no inv CTA (the fallback,
     every matmul CTA sums the rows itself).  K not a multiple of 32."""
     from pti_cli.backends.cuda import INV_VARIANTS, TC_VARIANTS, split_variant
     n, k = 512, 1000
@@ -165,5 +166,5 @@ def test_inv_ctas_form_of_every_variant(backend, ops, monkeypatch):
             assert torch.equal(s, backend.row_inv(p, k, 1e-5)), (v, kind)
             assert torch.equal(got.view(bits), want.view(bits)), (v, kind)
             s = slots.clone()
-            got = poisoned_scaled(backend, lin, u, p, rows, s, 0)
+            got = poisoned_scaled(backend, lin, u, p, rows, s)
             assert (s.view(torch.int32) == -1).all() and torch.equal(got.view(bits), want.view(bits)), (v, kind)
