@@ -5,7 +5,7 @@ with that tree first on the path, ms per pass of plain decoding on the synthetic
 distinct twins at two sequences; and ms of one sequence's 512-token prefill (the second one).  Trees: folders holding pti_cli/ and kernels/ (e.g. from
 `git archive COMMIT pti_cli kernels`), each optionally followed by environment settings for its
 process (`TREE,PTI_PDL=0`).  PTI_AB_START: the decode's first position instead of 512 (at most 576: the model
-holds 640 positions).
+holds 640 positions).  PTI_AB_SEQS ("16" or "1,16"): one model's passes at those sequence counts only.
     python3 scripts/pass_ab.py TREE[,VAR=VALUE...] [TREE ...]"""
 
 import os
@@ -21,7 +21,8 @@ dev = torch.device("cuda")
 ops, be = CudaOps(dev), kernel_backend(dev)
 out = []
 start = int(os.environ.get("PTI_AB_START", "512"))
-for twins, cases in (("a", (1, 16, 32)), ("ab", (2,))):
+only = os.environ.get("PTI_AB_SEQS")   # e.g. "16": one model's passes at these sequence counts only
+for twins, cases in ((("a", tuple(int(v) for v in only.split(","))),) if only else (("a", (1, 16, 32)), ("ab", (2,)))):
     m = build_model("8b", dev, twins, 32, 640, ops, be)
     for S in cases:
         tw = [i % 2 if twins == "ab" else 0 for i in range(S)]
