@@ -19,7 +19,20 @@ def test_there_are_committed_runs():
     assert [p.name for p in RUNS] == ["bench_8b.json", "bench_8b_lookup.json"]
 
 
-@pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in RUNS])
+CARDS = sorted((BENCH / "cards").glob("bench_*.json"))   # the same code on other cards (docs/bench/README.md)
+
+
+def test_card_runs_are_quoted():
+    text = (BENCH / "README.md").read_text()
+    assert CARDS and "`cards/`" in text
+    for p in CARDS:
+        d = json.loads(p.read_text())
+        assert d["command"].startswith("pti bench --synthetic 8b") and d["date"].startswith("2026-")
+        row16 = next(r for r in d["rows"] if r["seqs"] == 16)
+        assert 4950 <= row16["tok_s"] <= 4967   # the range docs/bench/README.md and the README quote
+
+
+@pytest.mark.parametrize("path", RUNS + CARDS, ids=[p.stem for p in RUNS + CARDS])
 def test_json_arithmetic(path):
     d = json.loads(path.read_text())
     assert d["device"].startswith("NVIDIA") and d["command"].startswith("pti bench --synthetic 8b")
