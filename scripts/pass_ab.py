@@ -22,7 +22,8 @@ ops, be = CudaOps(dev), kernel_backend(dev)
 out = []
 start = int(os.environ.get("PTI_AB_START", "512"))
 only = os.environ.get("PTI_AB_SEQS")   # e.g. "16": one model's passes at these sequence counts only
-for twins, cases in ((("a", tuple(int(v) for v in only.split(","))),) if only else (("a", (1, 16, 32)), ("ab", (2,)))):
+settings = (("a", tuple(int(v) for v in only.split(","))),) if only else (("a", (1, 16, 32)), ("ab", (2,)))
+for twins, cases in settings:
     m = build_model("8b", dev, twins, 32, 640, ops, be)
     for S in cases:
         tw = [i % 2 if twins == "ab" else 0 for i in range(S)]
