@@ -639,10 +639,9 @@ INSTANTIATE_ATTN_G(128)
 // Two ways to combine the chunks, the same bits (the host picks: gpu_ops.attention_cluster):
 //  - attn_rope, grid (chunks, kv heads, rows): a block per chunk; the last block of a (row,
 //    kv head) to finish, found with an atomic counter, combines (attn_combine_heads).
-//  - attn_rope_clusters (sm_90 thread-block clusters), grid (cl, kv heads / hp, rows) in clusters
-//    of (cl, 1, 1), a cluster per hp KV heads of a row: block r takes chunks r, r + cl, ... of
-//    their hp x chunks; after one cluster barrier every block with a chunk combines a slice of
-//    the outputs (attn_combine_slice).  No counter, no fence, no one
+//  - attn_rope_clusters (sm_90 thread-block clusters), grid (cl, kv heads, rows) in clusters of
+//    (cl, 1, 1): block r takes chunks r, r + cl, ...; after one cluster barrier every block with
+//    a chunk combines a slice of the outputs (attn_combine_slice).  No counter, no fence, no one
 //    block doing the whole combine at the end: that tail was about half of the launch at one
 //    sequence (docs/perf.md, session 12).
 // early != 0 (set by the host only inside a captured pass): the first chunk's cached rows are
@@ -723,16 +722,16 @@ __device__ void attn_combine_slice(const float* part_acc, const float* part_ml, 
 // with_q, the row's own K and V into the cache when the chunk holds position p, then the chunk's
 // max, sum of exp and un-normalised output into the partials.  wait: griddepcontrol.wait once
 // the cached rows are requested (early launches).  loaded: the chunk's cached rows were requested
-// by the chunk before.  c_next >= 0 (a block of several chunks): chunk c_next of KV head kh_next
-// has its cached keys requested once this chunk's scores are done, its values once this chunk's
-// value sum is, so that they travel while this chunk is computed.
+// by the chunk before.  c_next >= 0 (a block of several chunks): chunk c_next's cached keys are
+// requested once this chunk's scores are done, its values once this chunk's value sum is, so
+// that they travel while this chunk is computed.
 template <int HD, int NG, typename T, typename QS>
 __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, const float* cos_t, const float* sin_t,
                                                 bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, bf16_t* ks,
                                                 bf16_t* vs, QS qs, float (*sc)[SCSTR], float* mx, float* sm, int H,
                                                 int Hk, int ctx1, int n_chunks, float scale, int P, int neox, int m,
                                                 int kh, int p, int c, bool with_q, bool wait, bool loaded,
-                                                int c_next, int kh_next) {
+                                                int c_next) {
     const int half = HD / 2, G = H / Hk, t0 = c * ATTN_CHUNK;
     const int nt = min(ATTN_CHUNK, p + 1 - t0), p0 = p - m % P;
     const int n_old = max(0, min(nt, p0 - t0));   // positions of this chunk already in the cache
@@ -777,7 +776,7 @@ __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, c
         const int t2 = c_next * ATTN_CHUNK;
         nt2 = min(ATTN_CHUNK, p + 1 - t2);
         n_old2 = max(0, min(nt2, p0 - t2));
-        kv2 = kv0 + ((long)(kh_next - kh) * ctx1 + (t2 - t0)) * HD;
+        kv2 = kv0 + (long)(t2 - t0) * HD;
         attn_load_k<HD>(ks, kc, kv2, n_old2);
     }
     attn_wait_v(c_next >= 0);
@@ -818,7 +817,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
         return;   // chunks past the row's position are never read by the combine
     }
     attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk, ctx1,
-                            n_chunks, scale, P, neox, m, kh, p, c, true, early, false, -1, kh);
+                            n_chunks, scale, P, neox, m, kh, p, c, true, early, false, -1);
     __threadfence();   // this block's partials are visible device-wide before it is counted
     __syncthreads();
     const int nc = p / ATTN_CHUNK + 1;
@@ -834,42 +833,35 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
 }
 
 #ifdef ATTN_CLUSTER
-// The cluster form: grid (cl, kv heads / hp, rows) in clusters of (cl, 1, 1).  A cluster serves hp
-// KV heads kh0.. of one row: its hp x nc items (KV head kh0 + j / nc, chunk j % nc) go to block r
-// as r, r + cl, ..., then every block with an item combines a slice of the hp heads' outputs.
-// hp > 1 gives a cluster more blocks than one head's chunks can use: 16 sequences at 10 chunks
-// fit clusters of 7 over two heads (3 rounds) but not clusters of 4 over one (4 rounds of 3).
-// Each chunk's arithmetic and the combine's are those of hp = 1 (the same bits).
+// The cluster form: grid (cl, kv heads, rows) in clusters of (cl, 1, 1); block r takes chunks
+// r, r + cl, ..., then every block with a chunk combines a slice of the outputs.
 template <int HD, int NG, typename T>
 __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot, const float* cos_t,
                                    const float* sin_t, bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml,
                                    bf16_t* out, int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox,
-                                   int early, int cl, int hp) {
+                                   int early, int cl) {
     PDL_TRIGGER();
     ATTN_ROPE_SMEM(HD, NG);
-    const int r = blockIdx.x, kh0 = blockIdx.y * hp, m = blockIdx.z, G = H / Hk;
+    const int r = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, G = H / Hk;
     if (!early) PDL_WAIT();
     const int p = pos[m];
-    const int nc = p / ATTN_CHUNK + 1, items = hp * nc;
-    if (p < 0 || r >= items) {
+    if (p < 0 || r * ATTN_CHUNK > p) {
         if (early) PDL_WAIT();
         if (p < 0 && r == 0)   // a padding row: zeros out
-            for (int i = threadIdx.x; i < hp * G * HD; i += blockDim.x) out[((long)m * H + kh0 * G) * HD + i] = 0;
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
         cluster_arrive();   // the blocks with chunks wait for the whole cluster
         return;
     }
-    for (int j = r; j < items; j += cl) {
-        if (j != r) __syncthreads();   // the previous chunk is done with the tiles and scores
-        const int jn = j + cl;
+    const int nc = p / ATTN_CHUNK + 1;
+    for (int c = r; c < nc; c += cl) {
+        if (c != r) __syncthreads();   // the previous chunk is done with the tiles and scores
         attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk,
-                                ctx1, n_chunks, scale, P, neox, m, kh0 + j / nc, p, j % nc,
-                                j == r || (j - cl) / nc != j / nc, early && j == r, j != r,
-                                jn < items ? jn % nc : -1, kh0 + jn / nc);
+                                ctx1, n_chunks, scale, P, neox, m, kh, p, c, c == r, early && c == r, c != r,
+                                c + cl < nc ? c + cl : -1);
     }
     cluster_arrive();   // every chunk's partials are written (release / acquire at cluster scope)
     cluster_wait();
-    attn_combine_slice<HD>(part_acc, part_ml, m, kh0 * G, hp * G, nc, out, H, n_chunks, r, min(items, cl),
-                           (float*)ks);
+    attn_combine_slice<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, r, min(nc, cl), (float*)ks);
 }
 #endif
 
@@ -883,7 +875,7 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
 // attn_rope_cl_*: the cluster form (sm_90+; elsewhere the host never launches it, and it only exits).
 #ifdef ATTN_CLUSTER
 #define ATTN_ROPE_CLUSTERS(...) attn_rope_clusters<__VA_ARGS__>(qkv, pos, slot, c, s, kc, vc, pa, pml, out, H, Hk, \
-                                                               ctx1, nch, scale, P, neox, early, cl, hp)
+                                                               ctx1, nch, scale, P, neox, early, cl)
 #else
 #define ATTN_ROPE_CLUSTERS(...)
 #endif
@@ -897,7 +889,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_cl_##HD##_g##NG##_##SUF(      \
         const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
         float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
-        int early, int cl, int hp) {                                                                       \
+        int early, int cl) {                                                                               \
     ATTN_ROPE_CLUSTERS(HD, NG, T); }
 #define INSTANTIATE_ATTN_ROPE_G(HD, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 1, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 2, T, SUF) \
     INSTANTIATE_ATTN_ROPE(HD, 4, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 8, T, SUF)

@@ -108,8 +108,6 @@ KERNELS = (["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32"
 
 ATTN_CLUSTER_MAX = 16        # blocks per cluster of the fused attention (above 8: a non-portable size)
 ATTN_WIDE_CLUSTER_MAX = 16   # the same for grids that do not fit the pinned carveout
-ATTN_HEADS_MAX = 8           # KV heads one cluster of a wide grid may serve (attention_cluster)
-MAX_G = 8                    # kernels/pti_ops.hip MAX_G: query heads one attention combine takes
 
 
 def _cluster_setting(var: str, default: int) -> int:
@@ -133,56 +131,30 @@ def attn_wide_cluster_max() -> int:
     return _cluster_setting("PTI_ATTN_WIDE_CL", ATTN_WIDE_CLUSTER_MAX)
 
 
-def attn_heads_max() -> int:
-    """KV heads one attention cluster may serve (ATTN_HEADS_MAX), or PTI_ATTN_HEADS (1-8) for A/B runs."""
-    v = os.environ.get("PTI_ATTN_HEADS", "")
-    if not v:
-        return ATTN_HEADS_MAX
-    if not v.isdigit() or not 1 <= int(v) <= 8:
-        raise PtiError(f"PTI_ATTN_HEADS must be 1-8, not {v!r}")
-    return int(v)
-
-
-def cluster_heads(kv_heads: int, group: int, most: int) -> tuple[int, ...]:
-    """The KV heads per cluster a model allows: divisors of its KV heads whose query heads fit the
-    combine's MAX_G (kernels/pti_ops.hip), at most `most`."""
-    return tuple(h for h in range(1, most + 1) if kv_heads % h == 0 and h * group <= MAX_G)
-
-
 def attention_cluster(n_chunks: int, groups: int, cluster_max: int, pinned: list[int], wide_max: int = 0,
-                      wide: list[int] | None = None, heads: tuple[int, ...] = (1,)) -> tuple[int, bool, int]:
-    """(blocks per cluster, wide, KV heads per cluster) of the fused attention for `groups` (row,
-    KV head) pairs of n_chunks KV chunks each; (0, False, 1) for the atomic-counter form
-    (kernels/pti_ops.hip, attn_rope; the same bits either way).  pinned[cl] / wide[cl]: clusters of
-    cl blocks that the GPU holds at once at the pinned carveout / the driver's (CudaOps.k, k_wide).
-    heads: the KV heads a cluster may serve (cluster_heads).
+                      wide: list[int] | None = None) -> tuple[int, bool]:
+    """(blocks per cluster, wide) of the fused attention for `groups` (row, KV head) pairs of
+    n_chunks KV chunks each; (0, False) for the atomic-counter form (kernels/pti_ops.hip,
+    attn_rope; the same bits either way).  pinned[cl] / wide[cl]: clusters of cl blocks that the
+    GPU holds at once at the pinned carveout / the driver's (CudaOps.k, k_wide).
 
     Clusters only when every cluster of the grid is resident at once: a cluster's blocks hold
     their SMs until its last chunk is done, so grids of several waves of clusters lose (16
     sequences, clusters of 11: 18 -> 27 us a launch; docs/perf.md, session 12).  First a block
     per chunk (up to cluster_max) at the pinned carveout; else, up to wide_max blocks a cluster at
-    the driver's carveout, each block taking every cl-th chunk of the cluster's hp heads: the
-    fewest rounds of chunks that fit (docs/perf.md, session 13), then the fewest heads per cluster,
-    then the fewest blocks.  Rounds are counted for rows of n_chunks and of n_chunks - 1 chunks: a
-    captured pass's grid spans the whole context, and a decode near its end (the bench's last 128
-    positions) has rows of both.  That is where two heads a cluster save a round: 16 sequences
-    at 10 chunks, 4 rounds of clusters of 3 against 3 of 7 over two heads (docs/perf.md, session 15)."""
+    the driver's carveout, each block taking every cl-th chunk: the fewest rounds of chunks that
+    fit, with the fewest blocks that give them (docs/perf.md, session 13)."""
     if not cluster_max:
-        return 0, False, 1
+        return 0, False
     cl = min(n_chunks, cluster_max)
     if pinned[cl] >= groups:
-        return cl, False, 1
+        return cl, False
     wide = wide or []
-    counts = (n_chunks, n_chunks - 1) if n_chunks > 1 else (n_chunks,)
-    best = None   # (rounds, heads per cluster, blocks per cluster)
-    for hp in heads:
-        if hp > 1 and best is None:   # more heads a cluster only against clusters of one (not measured
-            break                     # against the counter form)
-        for c in range(2, min(hp * n_chunks, wide_max, len(wide) - 1) + 1):
-            if wide[c] >= groups // hp:
-                key = (sum(-(-hp * n // c) for n in counts), hp, c)
-                best = key if best is None or key < best else best
-    return (0, False, 1) if best is None else (best[2], True, best[1])
+    fitting = [c for c in range(2, min(n_chunks, wide_max, len(wide) - 1) + 1) if wide[c] >= groups]
+    if not fitting:
+        return 0, False
+    rounds = -(-n_chunks // max(fitting))
+    return min(c for c in fitting if -(-n_chunks // c) == rounds), True
 
 
 def _suffix(t: torch.Tensor) -> str:
@@ -214,7 +186,6 @@ class CudaOps:
         # barrier, the combine spread over the cluster); elsewhere through an atomic counter.
         self.cluster_max = attn_cluster_max() if major >= 9 and torch.version.hip is None else 0
         self.wide_cluster_max = attn_wide_cluster_max() if self.cluster_max else 0
-        self.heads_max = attn_heads_max()
         if self.cluster_max > 8 or self.wide_cluster_max > 8:
             self.k.allow_large_clusters("attn_rope_cl_")
             if self.k_wide is not self.k:
@@ -275,17 +246,15 @@ class CudaOps:
         if self.fused_rope:   # q is the matmul's qkv
             early = int(torch.cuda.is_current_stream_capturing())   # see attn_rope in pti_ops.hip
             name = f"attn_rope_{hd}_g{ng}_{_suffix(q)}"
-            fit, cl, on_wide, hp = self.attention_form(name, nch, sh.n_kv_heads * M,
-                                                       cluster_heads(sh.n_kv_heads, H // sh.n_kv_heads,
-                                                                     self.heads_max))
+            fit, cl, on_wide = self.attention_form(name, nch, sh.n_kv_heads * M)
             common = [(q.contiguous(), P), (pos, P), (slot, P), (m.cos, P), (m.sin, P), (m.kcache[layer], P),
                       (m.vcache[layer], P), (acc, P), (ml, P)]
             tail = [(H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
                     (int(sh.rope_neox), I), (early, I)]
             if cl:
                 (self.k_wide if on_wide else self.k).launch(
-                    f"attn_rope_cl_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads // hp, M), (ATTN_THREADS,),
-                    common + [(out, P)] + tail + [(cl, I), (hp, I)], cluster=cl)
+                    f"attn_rope_cl_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
+                    common + [(out, P)] + tail + [(cl, I)], cluster=cl)
                 return out
             mod = self.k if nch * sh.n_kv_heads * M <= fit else self.k_wide
             mod.launch(name, (nch, sh.n_kv_heads, M), (ATTN_THREADS,), common + [(self.counters, P), (out, P)] + tail)
@@ -301,16 +270,14 @@ class CudaOps:
         self.k.launch(f"attn_combine_{hd}", (H, M), (hd,), [(acc, P), (ml, P), (pos, P), (out, P), (H, I), (nch, I)])
         return out
 
-    def attention_form(self, name: str, n_chunks: int, groups: int,
-                       heads: tuple[int, ...] = (1,)) -> tuple[int, int, bool, int]:
-        """(blocks of `name` that fit the GPU at the pinned carveout, blocks per cluster, wide, KV
-        heads per cluster) of a fused attention launch over n_chunks chunks for `groups` (row, KV
-        head) pairs (attention_cluster; cluster size 0: the counter form)."""
+    def attention_form(self, name: str, n_chunks: int, groups: int) -> tuple[int, int, bool]:
+        """(blocks of `name` that fit the GPU at the pinned carveout, blocks per cluster, wide) of a
+        fused attention launch over n_chunks chunks for `groups` (row, KV head) pairs
+        (attention_cluster; cluster size 0: the counter form)."""
         if name not in self._fit:
             self._fit[name] = self._attention_fit(name, name.replace("attn_rope_", "attn_rope_cl_"))
         fit, pinned, wide = self._fit[name]
-        return (fit, *attention_cluster(n_chunks, groups, self.cluster_max, pinned, self.wide_cluster_max, wide,
-                                        heads))
+        return (fit, *attention_cluster(n_chunks, groups, self.cluster_max, pinned, self.wide_cluster_max, wide))
 
     def _attention_fit(self, name: str, cl_name: str) -> tuple[int, list[int], list[int]]:
         fit = self.k.blocks_per_sm(name, self.device, ATTN_THREADS) * self.sms

@@ -13,7 +13,7 @@ import torch
 
 from pti_cli.bench import build_model
 from pti_cli.gpu_model import ATTN_CHUNK
-from pti_cli.gpu_ops import GROUPS, CudaOps, cluster_heads, kernel_backend
+from pti_cli.gpu_ops import GROUPS, CudaOps, kernel_backend
 
 
 def main() -> None:
@@ -41,12 +41,9 @@ def main() -> None:
     for _ in range(20):
         g.replay()
     torch.cuda.synchronize()
-    G = sh.n_heads // sh.n_kv_heads
-    name = f"attn_rope_{sh.head_dim}_g{next(g for g in GROUPS if g >= G)}_bf16"
-    _, cl, on_wide, hp = ops.attention_form(name, -(-(m.max_ctx + 1) // ATTN_CHUNK), sh.n_kv_heads * S,
-                                            cluster_heads(sh.n_kv_heads, G, ops.heads_max))
-    form = (f"clusters of {cl} over {hp} KV head(s) ({'driver' if on_wide else 'pinned'} carveout)" if cl
-            else "counter form")
+    name = f"attn_rope_{sh.head_dim}_g{next(g for g in GROUPS if g >= sh.n_heads // sh.n_kv_heads)}_bf16"
+    _, cl, on_wide = ops.attention_form(name, -(-(m.max_ctx + 1) // ATTN_CHUNK), sh.n_kv_heads * S)
+    form = f"clusters of {cl} ({'driver' if on_wide else 'pinned'} carveout)" if cl else "counter form"
     print(f"attention, {S} sequences at {P0}, {form}: "
           f"{(time.perf_counter() - t) / 20 / sh.n_layers * 1e6:.2f} us per launch")
 

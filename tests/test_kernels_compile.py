@@ -255,8 +255,8 @@ def test_attention_cluster_setting(monkeypatch):
     """The fused attention's cluster size limit (16; PTI_ATTN_CLUSTER 0-16, 0 for none), and when a
     launch takes the cluster form: only when its whole grid fits the GPU at once."""
     from pti_cli.errors import PtiError
-    from pti_cli.gpu_ops import (ATTN_CLUSTER_MAX, ATTN_HEADS_MAX, ATTN_WIDE_CLUSTER_MAX, attention_cluster,
-                                 attn_cluster_max, attn_heads_max, attn_wide_cluster_max, cluster_heads)
+    from pti_cli.gpu_ops import (ATTN_CLUSTER_MAX, ATTN_WIDE_CLUSTER_MAX, attention_cluster, attn_cluster_max,
+                                 attn_wide_cluster_max)
     monkeypatch.delenv("PTI_ATTN_CLUSTER", raising=False)
     monkeypatch.delenv("PTI_ATTN_WIDE_CL", raising=False)
     assert attn_cluster_max() == ATTN_CLUSTER_MAX == 16
@@ -266,14 +266,6 @@ def test_attention_cluster_setting(monkeypatch):
     monkeypatch.setenv("PTI_ATTN_WIDE_CL", "x")
     with pytest.raises(PtiError, match="PTI_ATTN_WIDE_CL"):
         attn_wide_cluster_max()
-    monkeypatch.delenv("PTI_ATTN_HEADS", raising=False)
-    assert attn_heads_max() == ATTN_HEADS_MAX == 8
-    monkeypatch.setenv("PTI_ATTN_HEADS", "1")
-    assert attn_heads_max() == 1
-    for bad in ("0", "9", "two"):
-        monkeypatch.setenv("PTI_ATTN_HEADS", bad)
-        with pytest.raises(PtiError, match="PTI_ATTN_HEADS"):
-            attn_heads_max()
     for v in ("0", "3", "16"):
         monkeypatch.setenv("PTI_ATTN_CLUSTER", v)
         assert attn_cluster_max() == int(v)
@@ -285,34 +277,22 @@ def test_attention_cluster_setting(monkeypatch):
     # at the pinned carveout (also at most 2 blocks per SM: 264 / cl) and at the driver's
     pinned = [0, 264, 132, 88, 66, 52, 44, 37, 33, 29, 26, 24, 22, 20, 18, 17, 16]
     wide = [0, 528, 264, 163, 124, 94, 79, 69, 62, 51, 44, 37, 37, 30, 30, 28, 28]
-    assert attention_cluster(11, 8, 16, pinned) == (11, False, 1)           # the 8b at one sequence: 88 blocks
-    assert attention_cluster(11, 8 * 2, 16, pinned) == (11, False, 1)       # two sequences: 176
-    assert attention_cluster(11, 8 * 16, 16, pinned) == (0, False, 1)       # 16 sequences: 1408 blocks, the counter form
-    assert attention_cluster(129, 8, 16, pinned) == (16, False, 1)          # long contexts: 16 blocks, several chunks each
-    assert attention_cluster(129, 8 * 3, 16, pinned) == (0, False, 1)       # 24 clusters of 16 do not fit
-    assert attention_cluster(11, 8, 0, pinned) == (0, False, 1)             # clusters off
-    assert attention_cluster(1, 8 * 32, 16, pinned) == (1, False, 1)        # one chunk: clusters of one block
-    # at the driver's carveout: the fewest rounds of chunks (blocks taking every cl-th chunk) that fit,
-    # counted at the last two chunk counts, from the fewest blocks
-    assert attention_cluster(11, 8 * 4, 16, pinned, 16, wide) == (11, True, 1)    # 32 of 37 clusters of 11
-    assert attention_cluster(11, 8 * 8, 16, pinned, 16, wide) == (6, True, 1)     # 7 fit; 2 rounds from 6
-    assert attention_cluster(11, 8 * 16, 16, pinned, 16, wide) == (3, True, 1)    # 124 clusters of 4 < 128
-    assert attention_cluster(11, 8 * 32, 16, pinned, 16, wide) == (2, True, 1)
-    assert attention_cluster(11, 8 * 64, 16, pinned, 16, wide) == (0, False, 1)   # clusters of one: the counter form
-    assert attention_cluster(11, 8 * 16, 16, pinned, 2, wide) == (2, True, 1)     # at most wide_max
-    assert attention_cluster(129, 8 * 3, 16, pinned, 16, wide) == (16, True, 1)   # 9 + 8 rounds (129, 128 chunks)
-    assert attention_cluster(11, 8 * 16, 0, pinned, 16, wide) == (0, False, 1)    # clusters off
-    assert attention_cluster(11, 8 * 2, 16, pinned, 16, wide) == (11, False, 1)   # the pinned form first
-    assert attention_cluster(11, 8 * 16, 16, pinned, 0, wide) == (0, False, 1)    # wide clusters off
-    # more KV heads a cluster (the model's 8 KV heads of 4 query heads allow two): only where they save
-    # rounds at the context's last two chunk counts, and only against clusters of one head
-    heads = (1, 2)
-    assert attention_cluster(11, 8 * 16, 16, pinned, 16, wide, heads) == (7, True, 2)   # 4 + 3 rounds, not 4 + 4
-    assert attention_cluster(10, 8 * 16, 16, pinned, 16, wide, heads) == (7, True, 2)
-    assert attention_cluster(12, 8 * 16, 16, pinned, 16, wide, heads) == (3, True, 1)   # 4 + 4 either way
-    assert attention_cluster(11, 8 * 8, 16, pinned, 16, wide, heads) == (6, True, 1)    # 2 + 2 either way
-    assert attention_cluster(11, 8 * 32, 16, pinned, 16, wide, heads) == (2, True, 1)
-    assert attention_cluster(11, 8 * 64, 16, pinned, 16, wide, heads) == (0, False, 1)  # not the counter form's
-    assert attention_cluster(11, 8 * 2, 16, pinned, 16, wide, heads) == (11, False, 1)  # the pinned form first
-    assert cluster_heads(8, 4, 8) == (1, 2) and cluster_heads(8, 4, 1) == (1,)
-    assert cluster_heads(3, 3, 8) == (1,) and cluster_heads(4, 2, 8) == (1, 2, 4) and cluster_heads(8, 8, 8) == (1,)
+    assert attention_cluster(11, 8, 16, pinned) == (11, False)           # the 8b at one sequence: 88 blocks
+    assert attention_cluster(11, 8 * 2, 16, pinned) == (11, False)       # two sequences: 176
+    assert attention_cluster(11, 8 * 16, 16, pinned) == (0, False)       # 16 sequences: 1408 blocks, the counter form
+    assert attention_cluster(129, 8, 16, pinned) == (16, False)          # long contexts: 16 blocks, several chunks each
+    assert attention_cluster(129, 8 * 3, 16, pinned) == (0, False)       # 24 clusters of 16 do not fit
+    assert attention_cluster(11, 8, 0, pinned) == (0, False)             # clusters off
+    assert attention_cluster(1, 8 * 32, 16, pinned) == (1, False)        # one chunk: clusters of one block
+    # at the driver's carveout: the fewest rounds of chunks (blocks taking every cl-th chunk) that
+    # fit, from the fewest blocks
+    assert attention_cluster(11, 8 * 4, 16, pinned, 16, wide) == (11, True)    # 32 of 37 clusters of 11
+    assert attention_cluster(11, 8 * 8, 16, pinned, 16, wide) == (6, True)     # 7 fit; 2 rounds from 6
+    assert attention_cluster(11, 8 * 16, 16, pinned, 16, wide) == (3, True)    # 124 clusters of 4 < 128
+    assert attention_cluster(11, 8 * 32, 16, pinned, 16, wide) == (2, True)
+    assert attention_cluster(11, 8 * 64, 16, pinned, 16, wide) == (0, False)   # clusters of one: the counter form
+    assert attention_cluster(11, 8 * 16, 16, pinned, 2, wide) == (2, True)     # at most wide_max
+    assert attention_cluster(129, 8 * 3, 16, pinned, 16, wide) == (15, True)   # 9 rounds: 15 blocks give them
+    assert attention_cluster(11, 8 * 16, 0, pinned, 16, wide) == (0, False)    # clusters off
+    assert attention_cluster(11, 8 * 2, 16, pinned, 16, wide) == (11, False)   # the pinned form first
+    assert attention_cluster(11, 8 * 16, 16, pinned, 0, wide) == (0, False)    # wide clusters off

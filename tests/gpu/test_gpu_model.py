@@ -444,57 +444,6 @@ def test_wide_attention_grids_give_the_same_bits(dev, backend, ops):
             assert torch.equal(a, b)
 
 
-SHAPE_HK2 = GpuShape(n_layers=1, dim=1024, ffn=512, n_heads=8, n_kv_heads=2, vocab=256)   # hd 128, G 4, 2 KV heads
-
-
-@pytest.mark.parametrize("shape, ctx", [(SHAPE_HK2, 200), (SHAPE_HK2, 2200), (SHAPE64, 2200)],
-                         ids=["hd128-4-chunks", "hd128-35-chunks", "hd64-35-chunks"])
-def test_attention_clusters_over_two_kv_heads_give_the_same_bits(shape, ctx, dev, backend, ops):
-    """Wide-grid clusters that serve two KV heads of a row (blocks taking chunks of both heads, the
-    switch from one head to the other inside a block, the combine over both heads' query heads)
-    give the bits of clusters of one head and of the counter form: outputs and KV cache, draft rows
-    (two per sequence) and a padding sequence included."""
-    if ops.cluster_max == 0:
-        pytest.skip("thread-block clusters need sm_90")   # the counter path is then the only one
-    m = gpu_model(shape, dev, backend, ops, graphs=False, max_seqs=4, max_ctx=ctx)
-    gen = torch.Generator(device="cpu").manual_seed(int(torch.randint(0, 1 << 30, (1,))))
-    saved = _random_caches(m, gen)
-    H, Hk, hd, P = shape.n_heads, shape.n_kv_heads, shape.head_dim, 2
-    starts = (ctx - 2, ctx // 2 - 1, 63, None)   # the last sequence is padding
-    rows = len(starts) * P
-    pos = torch.tensor([s + j if s is not None else -1 for s in starts for j in range(P)], dtype=torch.int32, device=dev)
-    slot = torch.tensor([i for i in range(len(starts)) for _ in range(P)], dtype=torch.int32, device=dev)
-    qkv = torch.randn(rows, (H + 2 * Hk) * hd, generator=gen).bfloat16().to(dev)
-    from pti_cli.gpu_model import ATTN_CHUNK
-    from pti_cli.gpu_ops import GROUPS, attention_cluster, cluster_heads
-    G = H // Hk
-    name = f"attn_rope_{hd}_g{next(g for g in GROUPS if g >= G)}_bf16"
-    nch = -(-(ctx + 1) // ATTN_CHUNK)
-    # clusters of two blocks fit one head's clusters; clusters of 3-16 only half as many: two heads win
-    none, wide = [0] * 17, [0, 0, Hk * rows] + [Hk * rows // 2] * 14
-    forms = [((0, none, none), 8), ((0, none, wide), 1), ((0, none, wide), 8)]   # counter, one head, two
-    got, keep = [], ops.heads_max
-    for (fit, heads_max), want_hp in zip(forms, (1, 1, 2)):
-        ops.attention(m, qkv, pos, slot, 0, len(starts), P)   # fills ops._fit
-        m.kcache[0].copy_(saved[0])
-        m.vcache[0].copy_(saved[1])
-        ops._fit[name], ops.heads_max = fit, heads_max
-        try:
-            cl, _, hp = attention_cluster(nch, Hk * rows, ops.cluster_max, fit[1], ops.wide_cluster_max, fit[2],
-                                          cluster_heads(Hk, G, heads_max))
-            assert hp == want_hp and (cl > 0) == (fit[2] is wide), (cl, hp)
-            out = ops.attention(m, qkv, pos, slot, 0, len(starts), P).clone()
-        finally:
-            ops._fit.pop(name)
-            ops.heads_max = keep
-        got.append((out, m.kcache[0].clone(), m.vcache[0].clone()))
-    assert torch.isfinite(got[0][0].float()).all() and not torch.equal(got[0][1], saved[0])
-    assert torch.equal(got[2][0][-P:], torch.zeros_like(got[2][0][-P:]))
-    for other in got[1:]:
-        for a, b in zip(got[0], other):
-            assert torch.equal(a, b)
-
-
 def test_embed_and_argmax_kernels_match_torch(dev, ops):
     """The pass's first and last kernels against torch: embedding rows per twin (a token out of
     range gives a NaN row), argmax with ties across the threads' strides, NaN and -inf rows, and
