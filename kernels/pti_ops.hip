@@ -33,6 +33,9 @@
 
 #define ATTN_CHUNK 64
 #define MAX_G 8        // query heads per KV head; kernels are instantiated for NG = 1, 2, 4, 8 >= G
+// Chunks a block of the cluster form keeps in shared memory (attn_rope_clusters): 8 KB of partial
+// outputs, within the 48 KB of static shared memory at HD = 128 and NG = 8.
+#define ATTN_SLOTS(HD, NG) ((NG) * (HD) <= 512 ? 4 : 2)
 #define ATTN_THREADS 256
 #define NEG_INF __int_as_float(0xff800000)
 
@@ -268,9 +271,10 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, bf16_t (*qs)[KSTR(
 // Un-normalised output of the chunk: warp w < HD / 16 takes dimensions 16w..16w+15 (A = V^T,
 // ldmatrix.trans), B = p (columns = heads, rounded to bf16, zeros past G and past nt), chained
 // MMAs over the keys in key order.  V rows past nt are zeros in the tile (attn_load_tile).
+// Head g's HD outputs go to dst + g * gstride.
 template <int HD, int NG>
-__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* part_acc,
-                                        long row_head0, int n_chunks, int c) {
+__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* dst,
+                                        long gstride) {
     static_assert(ATTN_THREADS / WARP >= HD / 16, "a warp per 16 dimensions");
     const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     if (w >= HD / 16) return;
@@ -286,12 +290,12 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], in
     }
     const int d = 16 * w + n;
     if (k2 < G) {
-        float* p = part_acc + ((row_head0 + k2) * n_chunks + c) * HD;
+        float* p = dst + k2 * gstride;
         p[d] = o[0];
         p[d + 8] = o[2];
     }
     if (k2 + 1 < G) {
-        float* p = part_acc + ((row_head0 + k2 + 1) * n_chunks + c) * HD;
+        float* p = dst + (k2 + 1) * gstride;
         p[d] = o[1];
         p[d + 8] = o[3];
     }
@@ -337,10 +341,10 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
 
 // Un-normalised output of the chunk: thread i takes dimensions 2i and 2i + 1 of
 // every head (one load of the value pair serves all G heads), summing the keys in
-// key order with fused multiply-adds.
+// key order with fused multiply-adds.  Head g's HD outputs go to dst + g * gstride.
 template <int HD, int NG>
-__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* part_acc,
-                                        long row_head0, int n_chunks, int c) {
+__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* dst,
+                                        long gstride) {
     for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
         float a0[NG], a1[NG];
 #pragma unroll
@@ -359,7 +363,7 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], in
 #pragma unroll
         for (int g = 0; g < NG; g++)
             if (g < G) {
-                float* o = part_acc + ((row_head0 + g) * n_chunks + c) * HD + 2 * i;
+                float* o = dst + g * gstride + 2 * i;
                 o[0] = a0[g];
                 o[1] = a1[g];
             }
@@ -477,7 +481,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     attn_wait_k();
     attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G, scale);
     attn_wait_v();
-    attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
+    attn_pv<HD, NG>(vs, sc, nt, G, part_acc + (((long)m * H + kh * G) * n_chunks + c) * HD, (long)n_chunks * HD);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
         part_ml[o] = mx[threadIdx.x];
@@ -653,6 +657,14 @@ INSTANTIATE_ATTN_G(128)
 #define ATTN_CLUSTER 1
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// For shared memory only: a cluster-scope fence, then an arrive without release (arrive.release
+// would add a GPU-wide memory barrier, which waits for this block's global stores too).
+__device__ __forceinline__ void cluster_arrive_smem() {
+    asm volatile("fence.acq_rel.cluster;\nbarrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+// Without ordering: a block's last reads of its peers' shared memory are complete (their values
+// are used) before it arrives, and that is all its peers wait for before they exit.
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 #endif
 
 // Outputs [r * per / W, (r + 1) * per / W) of heads h0..h0+G-1 of row m (per = G * HD), combined
@@ -715,6 +727,81 @@ __device__ void attn_combine_slice(const float* part_acc, const float* part_ml, 
         out[((long)m * H + h0) * HD + ib] = f2bf(a / den[g]);
     }
 }
+
+// The partials of chunk c live in the shared memory of the cluster's block c % cl, slot c / cl
+// (sacc [slots][NG * HD], sml [slots][NG]: attn_rope_clusters), read from here through
+// distributed shared memory.  (The grid's x is the cluster's, so block r is the cluster's rank r.)
+__device__ __forceinline__ float attn_ld_peer(unsigned addr, int rank) {
+    unsigned a;
+    float v;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+    return v;
+}
+
+// attn_combine_slice with the partials read from the cluster's shared memory instead of L2 (no
+// L2 round trip for the partials' stores before the barrier, none for their loads after it):
+// the same arithmetic in the same order, so the same bits.
+template <int HD, int NG>
+__device__ void attn_combine_dsm(const float* sacc, const float2* sml, int cl, int nc, int m, int h0, int G,
+                                 bf16_t* out, int H, int r, int W, float* scratch) {
+    __shared__ float den[MAX_G];
+    const int per = G * HD, i0 = r * per / W, i1 = (r + 1) * per / W;
+    const unsigned acc0 = (unsigned)__cvta_generic_to_shared(sacc), ml0 = (unsigned)__cvta_generic_to_shared(sml);
+    float* cm = scratch;            // [G][nc]: chunk max, then e_c (nc <= 4 slots x 16: it fits)
+    float* cs = scratch + G * nc;   // [G][nc]: chunk sum
+    const int i = i0 + threadIdx.x;
+    for (int ib = i; ib < i1 || ib == i; ib += blockDim.x) {   // every thread takes the first round
+        const bool act = ib < i1;
+        const int g = act ? ib / HD : 0;
+        // chunk c: block c % cl, slot c / cl, counted along (cl is a run-time value: no divisions)
+        const unsigned e = acc0 + 4u * (act ? ib : 0);   // element ib = g * HD + d of a slot
+        constexpr unsigned SLOT = 4u * NG * HD;
+        float pre[ATTN_PF];
+        int own = 0;
+        unsigned at = e;
+#pragma unroll
+        for (int c = 0; c < ATTN_PF; c++) {
+            pre[c] = act && c < nc ? attn_ld_peer(at, own) : 0.f;
+            own = own + 1 == cl ? 0 : own + 1;
+            at = own == 0 ? at + SLOT : at;
+        }
+        if (ib == i) {   // the maxima and sums, once
+            for (int k = threadIdx.x; k < G * nc; k += blockDim.x) {   // (at most 512: one round)
+                int gg = k / nc, c = k % nc;
+                const unsigned a = ml0 + 8u * ((c / cl) * NG + gg);
+                cm[k] = attn_ld_peer(a, c % cl);
+                cs[k] = attn_ld_peer(a + 4u, c % cl);
+            }
+            __syncthreads();
+            const int lane = threadIdx.x % WARP;
+            for (int gg = threadIdx.x / WARP; gg < G; gg += blockDim.x / WARP) {   // a warp per head
+                float gm = NEG_INF;
+                for (int c = lane; c < nc; c += WARP) gm = fmaxf(gm, cm[gg * nc + c]);
+                for (int o = WARP / 2; o > 0; o >>= 1) gm = fmaxf(gm, SHFL_XOR(gm, o));
+                for (int c = lane; c < nc; c += WARP) cm[gg * nc + c] = expf(cm[gg * nc + c] - gm);
+                __syncwarp();
+                if (lane == 0) {   // the sum in chunk order
+                    float denom = 0.f;
+                    for (int c = 0; c < nc; c++) denom = __fmaf_rn(cs[gg * nc + c], cm[gg * nc + c], denom);
+                    den[gg] = denom;
+                }
+            }
+            __syncthreads();
+        }
+        if (!act) break;
+        float a = 0.f;
+#pragma unroll
+        for (int c = 0; c < ATTN_PF; c++)
+            if (c < nc) a = __fmaf_rn(pre[c], cm[g * nc + c], a);
+        for (int c = ATTN_PF; c < nc; c++) {
+            a = __fmaf_rn(attn_ld_peer(at, own), cm[g * nc + c], a);
+            own = own + 1 == cl ? 0 : own + 1;
+            at = own == 0 ? at + SLOT : at;
+        }
+        out[((long)m * H + h0) * HD + ib] = f2bf(a / den[g]);
+    }
+}
 #endif
 
 // One chunk c of row m (position p) and KV head kh: the chunk's keys and values into the tiles
@@ -724,14 +811,16 @@ __device__ void attn_combine_slice(const float* part_acc, const float* part_ml, 
 // the cached rows are requested (early launches).  loaded: the chunk's cached rows were requested
 // by the chunk before.  c_next >= 0 (a block of several chunks): chunk c_next's cached keys are
 // requested once this chunk's scores are done, its values once this chunk's value sum is, so
-// that they travel while this chunk is computed.
+// that they travel while this chunk is computed.  sacc / sml (the cluster form): the chunk's
+// partials into this block's shared memory (G x HD outputs, G (max, sum) pairs) instead of
+// part_acc / part_ml.
 template <int HD, int NG, typename T, typename QS>
 __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, const float* cos_t, const float* sin_t,
                                                 bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, bf16_t* ks,
                                                 bf16_t* vs, QS qs, float (*sc)[SCSTR], float* mx, float* sm, int H,
                                                 int Hk, int ctx1, int n_chunks, float scale, int P, int neox, int m,
                                                 int kh, int p, int c, bool with_q, bool wait, bool loaded,
-                                                int c_next) {
+                                                int c_next, float* sacc = nullptr, float2* sml = nullptr) {
     const int half = HD / 2, G = H / Hk, t0 = c * ATTN_CHUNK;
     const int nt = min(ATTN_CHUNK, p + 1 - t0), p0 = p - m % P;
     const int n_old = max(0, min(nt, p0 - t0));   // positions of this chunk already in the cache
@@ -780,11 +869,16 @@ __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, c
         attn_load_k<HD>(ks, kc, kv2, n_old2);
     }
     attn_wait_v(c_next >= 0);
-    attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
+    if (sacc) attn_pv<HD, NG>(vs, sc, nt, G, sacc, HD);
+    else attn_pv<HD, NG>(vs, sc, nt, G, part_acc + (((long)m * H + kh * G) * n_chunks + c) * HD, (long)n_chunks * HD);
     if (threadIdx.x < G) {
-        long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
-        part_ml[o] = mx[threadIdx.x];
-        part_ml[o + 1] = sm[threadIdx.x];
+        if (sml) {
+            sml[threadIdx.x] = make_float2(mx[threadIdx.x], sm[threadIdx.x]);
+        } else {
+            long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
+            part_ml[o] = mx[threadIdx.x];
+            part_ml[o + 1] = sm[threadIdx.x];
+        }
     }
     if (c_next >= 0) {
         __syncthreads();   // every warp is done with the V tile
@@ -853,15 +947,30 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
         return;
     }
     const int nc = p / ATTN_CHUNK + 1;
-    for (int c = r; c < nc; c += cl) {
+    // The partials stay in the blocks' shared memory when a block has several chunks and they
+    // fit its slots (block 0 has the most: ceil(nc / cl)); the same for the whole cluster (one
+    // row and head).  With one chunk a block, L2 is faster (docs/perf.md, session 16).
+    constexpr int SLOTS = ATTN_SLOTS(HD, NG);
+    __shared__ __align__(16) float sacc[SLOTS][NG * HD];
+    __shared__ float2 sml[SLOTS][NG];
+    const bool dsm = nc > cl && nc <= SLOTS * cl;
+    for (int c = r, j = 0; c < nc; c += cl, ++j) {
         if (c != r) __syncthreads();   // the previous chunk is done with the tiles and scores
         attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk,
                                 ctx1, n_chunks, scale, P, neox, m, kh, p, c, c == r, early && c == r, c != r,
-                                c + cl < nc ? c + cl : -1);
+                                c + cl < nc ? c + cl : -1, dsm ? sacc[j] : nullptr, dsm ? sml[j] : nullptr);
     }
-    cluster_arrive();   // every chunk's partials are written (release / acquire at cluster scope)
+    if (!dsm) {
+        cluster_arrive();   // every chunk's partials are written (release / acquire at cluster scope)
+        cluster_wait();
+        attn_combine_slice<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, r, min(nc, cl), (float*)ks);
+        return;
+    }
+    cluster_arrive_smem();   // every chunk's partials are in the blocks' shared memory
     cluster_wait();
-    attn_combine_slice<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, r, min(nc, cl), (float*)ks);
+    attn_combine_dsm<HD, NG>(&sacc[0][0], &sml[0][0], cl, nc, m, kh * G, G, out, H, r, min(nc, cl), (float*)ks);
+    cluster_arrive_relaxed();   // the other blocks have read this block's partials: it may exit
+    cluster_wait();
 }
 #endif
 

@@ -336,6 +336,8 @@ class KernelBackend(Backend):
             extra = epi.inv_ctas() if epi is not None else 0   # in front of the matmul's CTAs
             if epi is not None and epi.inv_form() != name.endswith("_i1"):
                 raise PtiError(f"{name}: the inv CTAs' form and the kernel do not match")
+            if epi is not None and epi.po and "_f32_" not in name:   # the kernels add only float32 rows
+                raise PtiError(f"{name}: a residual epilogue needs float32 outputs")
         elif epi is not None:
             raise PtiError(f"{name} has no norm epilogue")
         return g // rg + extra, vals, types

@@ -358,12 +358,15 @@ def test_attention_combines_agree_over_many_chunks(ctx, starts, dev, backend, op
     assert int(ops.counters.abs().sum()) == 0
 
 
-@pytest.mark.parametrize("ctx", [200, 2200, 70000])
+@pytest.mark.parametrize("ctx", [200, 700, 2200, 70000])
 def test_attention_clusters_give_the_counters_bits(ctx, dev, backend, ops):
     """The fused RoPE + attention combining within thread-block clusters (sm_90: up to 16 blocks,
     or 3, each then taking every third chunk) gives the bits of the atomic-counter combine
     (cluster_max 0): outputs and KV cache, draft rows (two per sequence) and a padding sequence
-    included; 70000 positions take the slice combine's plain loop.  Near torch's RoPE + attention."""
+    included.  Blocks of several chunks keep their partials in shared memory when they fit (2, 3
+    and 4 of them a block: 200 and 700 positions in clusters of 3, 2200 in clusters of 16), else
+    L2 (one chunk a block; 2200 in clusters of 3); 70000 positions take the slice combine's plain
+    loop.  Near torch's RoPE + attention."""
     if ops.cluster_max == 0:
         pytest.skip("thread-block clusters need sm_90")   # the counter path is then the only one
     m = gpu_model(SHAPE, dev, backend, ops, graphs=False, max_seqs=4, max_ctx=ctx)

@@ -64,6 +64,25 @@ def test_residual_epilogue(backend, ops, n, k, twins):
         assert torch.allclose(p, p_t, rtol=1e-5, atol=0)
 
 
+def test_residual_epilogue_needs_float32_rows(backend):
+    """Only the float32 kernels add into the residual stream (the bf16 and gate/up kernels drop
+    that path at compile time): a residual epilogue on bf16 outputs is refused, and the rows
+    are left as they were, not silently skipped."""
+    from pti_cli.backends.cuda import Epilogue
+    from pti_cli.errors import PtiError
+    n, k, m = 512, 256, 3
+    lin = make_linear([rand_q8(n, k)], DEV, backend)
+    a = torch.randn(m, k, generator=GEN).bfloat16().to(DEV)
+    y = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=DEV)
+    u = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
+    p = torch.empty((m, n // 16), dtype=torch.float32, device=DEV)
+    epi = Epilogue(n // 16, 0.0, uo=[u], po=[p], g=[norm_weights(1, n)])
+    with pytest.raises(PtiError, match="float32 outputs"):
+        backend.matmul_epi([0], [a], lin.w, [y], epi)
+    torch.cuda.synchronize()
+    assert torch.isnan(y.float()).all()
+
+
 @pytest.mark.parametrize("n,k", [(512, 256), (1024, 1000), (6144, 4096)])
 @pytest.mark.parametrize("twins", [1, 2])
 @pytest.mark.parametrize("kind", ["out", "f32", "glu"])
