@@ -657,15 +657,34 @@ INSTANTIATE_ATTN_G(128)
 #define ATTN_CLUSTER 1
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// For shared memory only: a cluster-scope fence, then an arrive without release (arrive.release
-// would add a GPU-wide memory barrier, which waits for this block's global stores too).
-__device__ __forceinline__ void cluster_arrive_smem() {
+// A cluster-scope fence, then an arrive without release: the form the shared-memory combine was
+// measured with (docs/perf.md, session 16).  It saves nothing over cluster_arrive: the fence
+// compiles to the same GPU-wide memory barrier, with an L1 invalidate besides.
+__device__ __forceinline__ void cluster_arrive_fenced() {
     asm volatile("fence.acq_rel.cluster;\nbarrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 // Without ordering: a block's last reads of its peers' shared memory are complete (their values
 // are used) before it arrives, and that is all its peers wait for before they exit.
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 #endif
+
+// From the chunk maxima cm and sums cs ([G][nc] each), a warp per head: the chunk weights
+// e_c = exp(m_c - max_c m_c) into cm, and the head's denominator sum_c s_c e_c, in chunk order, into den.
+__device__ __forceinline__ void attn_chunk_weights(float* cm, const float* cs, int G, int nc, float* den) {
+    const int lane = threadIdx.x % WARP;
+    for (int gg = threadIdx.x / WARP; gg < G; gg += blockDim.x / WARP) {
+        float gm = NEG_INF;
+        for (int c = lane; c < nc; c += WARP) gm = fmaxf(gm, cm[gg * nc + c]);
+        for (int o = WARP / 2; o > 0; o >>= 1) gm = fmaxf(gm, SHFL_XOR(gm, o));
+        for (int c = lane; c < nc; c += WARP) cm[gg * nc + c] = expf(cm[gg * nc + c] - gm);
+        __syncwarp();
+        if (lane == 0) {   // the sum in chunk order
+            float denom = 0.f;
+            for (int c = 0; c < nc; c++) denom = __fmaf_rn(cs[gg * nc + c], cm[gg * nc + c], denom);
+            den[gg] = denom;
+        }
+    }
+}
 
 // Outputs [r * per / W, (r + 1) * per / W) of heads h0..h0+G-1 of row m (per = G * HD), combined
 // over chunks 0..nc-1 with attn_combine_heads' arithmetic (the same bits).  The chunk maxima and
@@ -703,19 +722,7 @@ __device__ void attn_combine_slice(const float* part_acc, const float* part_ml, 
                 cs[k] = v.y;
             }
             __syncthreads();
-            const int lane = threadIdx.x % WARP;
-            for (int gg = threadIdx.x / WARP; gg < G; gg += blockDim.x / WARP) {   // a warp per head
-                float gm = NEG_INF;
-                for (int c = lane; c < nc; c += WARP) gm = fmaxf(gm, cm[gg * nc + c]);
-                for (int o = WARP / 2; o > 0; o >>= 1) gm = fmaxf(gm, SHFL_XOR(gm, o));
-                for (int c = lane; c < nc; c += WARP) cm[gg * nc + c] = expf(cm[gg * nc + c] - gm);
-                __syncwarp();
-                if (lane == 0) {   // the sum in chunk order
-                    float denom = 0.f;
-                    for (int c = 0; c < nc; c++) denom = __fmaf_rn(cs[gg * nc + c], cm[gg * nc + c], denom);
-                    den[gg] = denom;
-                }
-            }
+            attn_chunk_weights(cm, cs, G, nc, den);
             __syncthreads();
         }
         if (!act) break;
@@ -774,19 +781,7 @@ __device__ void attn_combine_dsm(const float* sacc, const float2* sml, int cl, i
                 cs[k] = attn_ld_peer(a + 4u, c % cl);
             }
             __syncthreads();
-            const int lane = threadIdx.x % WARP;
-            for (int gg = threadIdx.x / WARP; gg < G; gg += blockDim.x / WARP) {   // a warp per head
-                float gm = NEG_INF;
-                for (int c = lane; c < nc; c += WARP) gm = fmaxf(gm, cm[gg * nc + c]);
-                for (int o = WARP / 2; o > 0; o >>= 1) gm = fmaxf(gm, SHFL_XOR(gm, o));
-                for (int c = lane; c < nc; c += WARP) cm[gg * nc + c] = expf(cm[gg * nc + c] - gm);
-                __syncwarp();
-                if (lane == 0) {   // the sum in chunk order
-                    float denom = 0.f;
-                    for (int c = 0; c < nc; c++) denom = __fmaf_rn(cs[gg * nc + c], cm[gg * nc + c], denom);
-                    den[gg] = denom;
-                }
-            }
+            attn_chunk_weights(cm, cs, G, nc, den);
             __syncthreads();
         }
         if (!act) break;
@@ -966,7 +961,7 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
         attn_combine_slice<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, r, min(nc, cl), (float*)ks);
         return;
     }
-    cluster_arrive_smem();   // every chunk's partials are in the blocks' shared memory
+    cluster_arrive_fenced();   // every chunk's partials are in the blocks' shared memory
     cluster_wait();
     attn_combine_dsm<HD, NG>(&sacc[0][0], &sml[0][0], cl, nc, m, kh * G, G, out, H, r, min(nc, cl), (float*)ks);
     cluster_arrive_relaxed();   // the other blocks have read this block's partials: it may exit
