@@ -395,8 +395,8 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
     float* inv_s = red + 4096;
     float* res_s = inv_s + 128;
     // Only float32 outputs add into the residual stream (the host refuses it elsewhere), so the bf16
-    // and GLU kernels drop that path's code: it cost 0.15-0.2 us a launch at one row even where it
-    // was not taken (docs/perf.md, sessions 15-16).  The one-tile GLU kernels keep it: without it ptxas
+    // and GLU kernels drop that path's code: it costs up to 0.5 us a launch even where it is not
+    // taken (docs/perf.md, sessions 15-16).  The one-tile GLU kernels keep it: without it ptxas
     // spills in the 48-register one.
     constexpr bool RES = TOUT == 0 || (TOUT == 2 && MT == 1);
     const bool scaled = a.pin[0] != nullptr || a.inv[0] != nullptr, residual = RES && a.po[0] != nullptr;

@@ -271,10 +271,9 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, bf16_t (*qs)[KSTR(
 // Un-normalised output of the chunk: warp w < HD / 16 takes dimensions 16w..16w+15 (A = V^T,
 // ldmatrix.trans), B = p (columns = heads, rounded to bf16, zeros past G and past nt), chained
 // MMAs over the keys in key order.  V rows past nt are zeros in the tile (attn_load_tile).
-// Head g's HD outputs go to dst + g * gstride.
 template <int HD, int NG>
-__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* dst,
-                                        long gstride) {
+__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* part_acc,
+                                        long row_head0, int n_chunks, int c) {
     static_assert(ATTN_THREADS / WARP >= HD / 16, "a warp per 16 dimensions");
     const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     if (w >= HD / 16) return;
@@ -290,12 +289,12 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], in
     }
     const int d = 16 * w + n;
     if (k2 < G) {
-        float* p = dst + k2 * gstride;
+        float* p = part_acc + ((row_head0 + k2) * n_chunks + c) * HD;
         p[d] = o[0];
         p[d + 8] = o[2];
     }
     if (k2 + 1 < G) {
-        float* p = dst + (k2 + 1) * gstride;
+        float* p = part_acc + ((row_head0 + k2 + 1) * n_chunks + c) * HD;
         p[d] = o[1];
         p[d + 8] = o[3];
     }
@@ -341,10 +340,10 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
 
 // Un-normalised output of the chunk: thread i takes dimensions 2i and 2i + 1 of
 // every head (one load of the value pair serves all G heads), summing the keys in
-// key order with fused multiply-adds.  Head g's HD outputs go to dst + g * gstride.
+// key order with fused multiply-adds.
 template <int HD, int NG>
-__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* dst,
-                                        long gstride) {
+__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* part_acc,
+                                        long row_head0, int n_chunks, int c) {
     for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
         float a0[NG], a1[NG];
 #pragma unroll
@@ -363,7 +362,7 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], in
 #pragma unroll
         for (int g = 0; g < NG; g++)
             if (g < G) {
-                float* o = dst + g * gstride + 2 * i;
+                float* o = part_acc + ((row_head0 + g) * n_chunks + c) * HD + 2 * i;
                 o[0] = a0[g];
                 o[1] = a1[g];
             }
@@ -481,7 +480,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     attn_wait_k();
     attn_scores<HD, NG>(ks, qs, sc, mx, sm, nt, G, scale);
     attn_wait_v();
-    attn_pv<HD, NG>(vs, sc, nt, G, part_acc + (((long)m * H + kh * G) * n_chunks + c) * HD, (long)n_chunks * HD);
+    attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
     if (threadIdx.x < G) {
         long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
         part_ml[o] = mx[threadIdx.x];
@@ -806,10 +805,10 @@ __device__ void attn_combine_dsm(const float* sacc, const float2* sml, int cl, i
 // the cached rows are requested (early launches).  loaded: the chunk's cached rows were requested
 // by the chunk before.  c_next >= 0 (a block of several chunks): chunk c_next's cached keys are
 // requested once this chunk's scores are done, its values once this chunk's value sum is, so
-// that they travel while this chunk is computed.  sacc / sml (the cluster form): the chunk's
+// that they travel while this chunk is computed.  SM and sacc / sml (attn_rope_cls_*): the chunk's
 // partials into this block's shared memory (G x HD outputs, G (max, sum) pairs) instead of
-// part_acc / part_ml.
-template <int HD, int NG, typename T, typename QS>
+// part_acc / part_ml.  (SM false: the code of the other kernels, untouched by that form.)
+template <int HD, int NG, bool SM = false, typename T, typename QS>
 __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, const float* cos_t, const float* sin_t,
                                                 bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, bf16_t* ks,
                                                 bf16_t* vs, QS qs, float (*sc)[SCSTR], float* mx, float* sm, int H,
@@ -864,12 +863,12 @@ __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, c
         attn_load_k<HD>(ks, kc, kv2, n_old2);
     }
     attn_wait_v(c_next >= 0);
-    if (sacc) attn_pv<HD, NG>(vs, sc, nt, G, sacc, HD);
-    else attn_pv<HD, NG>(vs, sc, nt, G, part_acc + (((long)m * H + kh * G) * n_chunks + c) * HD, (long)n_chunks * HD);
-    if (threadIdx.x < G) {
-        if (sml) {
-            sml[threadIdx.x] = make_float2(mx[threadIdx.x], sm[threadIdx.x]);
-        } else {
+    if (SM && sacc) {
+        attn_pv<HD, NG>(vs, sc, nt, G, sacc, 0, 1, 0);
+        if (threadIdx.x < G) sml[threadIdx.x] = make_float2(mx[threadIdx.x], sm[threadIdx.x]);
+    } else {
+        attn_pv<HD, NG>(vs, sc, nt, G, part_acc, (long)m * H + kh * G, n_chunks, c);
+        if (threadIdx.x < G) {
             long o = (((long)m * H + kh * G + threadIdx.x) * n_chunks + c) * 2;
             part_ml[o] = mx[threadIdx.x];
             part_ml[o + 1] = sm[threadIdx.x];
@@ -923,8 +922,15 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
 
 #ifdef ATTN_CLUSTER
 // The cluster form: grid (cl, kv heads, rows) in clusters of (cl, 1, 1); block r takes chunks
-// r, r + cl, ..., then every block with a chunk combines a slice of the outputs.
-template <int HD, int NG, typename T>
+// r, r + cl, ..., then every block with a chunk combines a slice of the outputs.  SMEM
+// (attn_rope_cls_*, which the host launches where a block takes several chunks: cl below the
+// grid's chunks): a row whose blocks take several chunks each, within ATTN_SLOTS, keeps the
+// partials in the blocks' shared memory and combines them through distributed shared memory
+// (attn_combine_dsm; a second, relaxed cluster barrier keeps every block until its peers have read
+// it).  The same arithmetic, so the same bits.  Its own instantiation, so that the launches of one
+// chunk a block keep the plain kernel, code and shared memory: in one kernel the shared-memory form
+// cost them 0.2-0.5% (docs/perf.md, session 16).
+template <int HD, int NG, typename T, bool SMEM>
 __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot, const float* cos_t,
                                    const float* sin_t, bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml,
                                    bf16_t* out, int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox,
@@ -942,21 +948,31 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
         return;
     }
     const int nc = p / ATTN_CHUNK + 1;
-    // The partials stay in the blocks' shared memory when a block has several chunks and they
-    // fit its slots (block 0 has the most: ceil(nc / cl)); the same for the whole cluster (one
-    // row and head).  With one chunk a block, L2 is faster (docs/perf.md, session 16).
+    if (!SMEM) {
+        for (int c = r; c < nc; c += cl) {
+            if (c != r) __syncthreads();   // the previous chunk is done with the tiles and scores
+            attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H,
+                                    Hk, ctx1, n_chunks, scale, P, neox, m, kh, p, c, c == r, early && c == r, c != r,
+                                    c + cl < nc ? c + cl : -1);
+        }
+        cluster_arrive();   // every chunk's partials are written (release / acquire at cluster scope)
+        cluster_wait();
+        attn_combine_slice<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, r, min(nc, cl), (float*)ks);
+        return;
+    }
     constexpr int SLOTS = ATTN_SLOTS(HD, NG);
     __shared__ __align__(16) float sacc[SLOTS][NG * HD];
     __shared__ float2 sml[SLOTS][NG];
-    const bool dsm = nc > cl && nc <= SLOTS * cl;
+    const bool dsm = nc > cl && nc <= SLOTS * cl;   // the same for the whole cluster (one row and head)
     for (int c = r, j = 0; c < nc; c += cl, ++j) {
         if (c != r) __syncthreads();   // the previous chunk is done with the tiles and scores
-        attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk,
-                                ctx1, n_chunks, scale, P, neox, m, kh, p, c, c == r, early && c == r, c != r,
-                                c + cl < nc ? c + cl : -1, dsm ? sacc[j] : nullptr, dsm ? sml[j] : nullptr);
+        attn_rope_chunk<HD, NG, true>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H,
+                                      Hk, ctx1, n_chunks, scale, P, neox, m, kh, p, c, c == r, early && c == r,
+                                      c != r, c + cl < nc ? c + cl : -1, dsm ? sacc[j] : nullptr,
+                                      dsm ? sml[j] : nullptr);
     }
     if (!dsm) {
-        cluster_arrive();   // every chunk's partials are written (release / acquire at cluster scope)
+        cluster_arrive();
         cluster_wait();
         attn_combine_slice<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, r, min(nc, cl), (float*)ks);
         return;
@@ -976,7 +992,8 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
 #else
 #define ATTN_ROPE_MINB 1
 #endif
-// attn_rope_cl_*: the cluster form (sm_90+; elsewhere the host never launches it, and it only exits).
+// attn_rope_cl_*, attn_rope_cls_*: the cluster form (sm_90+; elsewhere the host never launches them, and
+// they only exit).
 #ifdef ATTN_CLUSTER
 #define ATTN_ROPE_CLUSTERS(...) attn_rope_clusters<__VA_ARGS__>(qkv, pos, slot, c, s, kc, vc, pa, pml, out, H, Hk, \
                                                                ctx1, nch, scale, P, neox, early, cl)
@@ -994,7 +1011,12 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_
         const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
         float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
         int early, int cl) {                                                                               \
-    ATTN_ROPE_CLUSTERS(HD, NG, T); }
+    ATTN_ROPE_CLUSTERS(HD, NG, T, false); }                                                                \
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_cls_##HD##_g##NG##_##SUF(     \
+        const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
+        float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
+        int early, int cl) {                                                                               \
+    ATTN_ROPE_CLUSTERS(HD, NG, T, true); }
 #define INSTANTIATE_ATTN_ROPE_G(HD, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 1, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 2, T, SUF) \
     INSTANTIATE_ATTN_ROPE(HD, 4, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 8, T, SUF)
 INSTANTIATE_ATTN_ROPE_G(64, bf16_t, bf16)

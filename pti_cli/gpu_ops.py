@@ -102,7 +102,7 @@ ATTN_THREADS = 256       # kernels/pti_ops.hip ATTN_THREADS
 KERNELS = (["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16", "silu_mul_f32",
             "attn_combine_64", "attn_combine_128", "stream_read", "embed_bf16", "argmax_feed", "norm_parts"]
            + [f"attn_{k}_{hd}_g{g}" for k in ("partial", "fused") for hd in (64, 128) for g in GROUPS]
-           + [f"attn_rope_{k}{hd}_g{g}_{t}" for k in ("", "cl_") for hd in (64, 128) for g in GROUPS
+           + [f"attn_rope_{k}{hd}_g{g}_{t}" for k in ("", "cl_", "cls_") for hd in (64, 128) for g in GROUPS
               for t in ("bf16", "f32")])
 
 
@@ -187,9 +187,9 @@ class CudaOps:
         self.cluster_max = attn_cluster_max() if major >= 9 and torch.version.hip is None else 0
         self.wide_cluster_max = attn_wide_cluster_max() if self.cluster_max else 0
         if self.cluster_max > 8 or self.wide_cluster_max > 8:
-            self.k.allow_large_clusters("attn_rope_cl_")
+            self.k.allow_large_clusters("attn_rope_cl")   # attn_rope_cl_*, attn_rope_cls_*
             if self.k_wide is not self.k:
-                self.k_wide.allow_large_clusters("attn_rope_cl_")
+                self.k_wide.allow_large_clusters("attn_rope_cl")
         # per attention kernel: blocks per GPU at the pinned carveout (the counter form), and
         # clusters per GPU by size at the pinned and the driver's carveout (attention_cluster)
         self._fit: dict[str, tuple[int, list[int], list[int]]] = {}
@@ -251,9 +251,10 @@ class CudaOps:
                       (m.vcache[layer], P), (acc, P), (ml, P)]
             tail = [(H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
                     (int(sh.rope_neox), I), (early, I)]
-            if cl:
+            if cl:   # blocks of several chunks: the form that may combine through shared memory
+                form = "cls" if cl < nch else "cl"
                 (self.k_wide if on_wide else self.k).launch(
-                    f"attn_rope_cl_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
+                    f"attn_rope_{form}_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
                     common + [(out, P)] + tail + [(cl, I)], cluster=cl)
                 return out
             mod = self.k if nch * sh.n_kv_heads * M <= fit else self.k_wide
@@ -283,10 +284,11 @@ class CudaOps:
         fit = self.k.blocks_per_sm(name, self.device, ATTN_THREADS) * self.sms
         top = 16 if max(self.cluster_max, self.wide_cluster_max) > 8 else 8 if self.cluster_max else 0
         tables = []
+        forms = (cl_name, cl_name.replace("attn_rope_cl_", "attn_rope_cls_"))   # either may be launched
         for mod in (self.k, self.k_wide):   # the driver's count, bounded by the blocks this carveout fits
-            blocks = mod.blocks_per_sm(cl_name, self.device, ATTN_THREADS) * self.sms
-            tables.append([0] + [min(mod.max_clusters(cl_name, c, ATTN_THREADS), blocks // c) if c <= top else 0
-                                 for c in range(1, 17)])
+            blocks = min(mod.blocks_per_sm(n, self.device, ATTN_THREADS) for n in forms) * self.sms
+            tables.append([0] + [min([mod.max_clusters(n, c, ATTN_THREADS) for n in forms] + [blocks // c])
+                                 if c <= top else 0 for c in range(1, 17)])
         return fit, tables[0], tables[1]
 
     def silu_mul(self, gu: torch.Tensor, ffn: int) -> torch.Tensor:
