@@ -948,31 +948,19 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
         return;
     }
     const int nc = p / ATTN_CHUNK + 1;
-    if (!SMEM) {
-        for (int c = r; c < nc; c += cl) {
-            if (c != r) __syncthreads();   // the previous chunk is done with the tiles and scores
-            attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H,
-                                    Hk, ctx1, n_chunks, scale, P, neox, m, kh, p, c, c == r, early && c == r, c != r,
-                                    c + cl < nc ? c + cl : -1);
-        }
-        cluster_arrive();   // every chunk's partials are written (release / acquire at cluster scope)
-        cluster_wait();
-        attn_combine_slice<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, r, min(nc, cl), (float*)ks);
-        return;
-    }
     constexpr int SLOTS = ATTN_SLOTS(HD, NG);
-    __shared__ __align__(16) float sacc[SLOTS][NG * HD];
+    __shared__ __align__(16) float sacc[SLOTS][NG * HD];   // (SMEM only: unused elsewhere, so not allocated)
     __shared__ float2 sml[SLOTS][NG];
-    const bool dsm = nc > cl && nc <= SLOTS * cl;   // the same for the whole cluster (one row and head)
+    const bool dsm = SMEM && nc > cl && nc <= SLOTS * cl;   // the same for the whole cluster (one row and head)
     for (int c = r, j = 0; c < nc; c += cl, ++j) {
         if (c != r) __syncthreads();   // the previous chunk is done with the tiles and scores
-        attn_rope_chunk<HD, NG, true>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H,
+        attn_rope_chunk<HD, NG, SMEM>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H,
                                       Hk, ctx1, n_chunks, scale, P, neox, m, kh, p, c, c == r, early && c == r,
                                       c != r, c + cl < nc ? c + cl : -1, dsm ? sacc[j] : nullptr,
                                       dsm ? sml[j] : nullptr);
     }
     if (!dsm) {
-        cluster_arrive();
+        cluster_arrive();   // every chunk's partials are written (release / acquire at cluster scope)
         cluster_wait();
         attn_combine_slice<HD>(part_acc, part_ml, m, kh * G, G, nc, out, H, n_chunks, r, min(nc, cl), (float*)ks);
         return;

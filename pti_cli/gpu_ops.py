@@ -251,8 +251,8 @@ class CudaOps:
                       (m.vcache[layer], P), (acc, P), (ml, P)]
             tail = [(H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
                     (int(sh.rope_neox), I), (early, I)]
-            if cl:   # blocks of several chunks: the form that may combine through shared memory
-                form = "cls" if cl < nch else "cl"
+            if cl:
+                form = "cls" if cl < nch else "cl"   # blocks of several chunks: may combine through shared memory
                 (self.k_wide if on_wide else self.k).launch(
                     f"attn_rope_{form}_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
                     common + [(out, P)] + tail + [(cl, I)], cluster=cl)
