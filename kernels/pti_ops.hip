@@ -190,6 +190,58 @@ INSTANTIATE(float, f32)
 #define ATTN_MMA 1
 #endif
 
+// The push combine (attn_rope_push, sm_90 clusters): each chunk's partial outputs go straight from
+// the value sum's registers into the shared memory of the block that combines them, by st.async,
+// which counts the bytes on that block's mbarrier.  Outputs are owned in groups of 16: group q =
+// i / 16 of the G x HD outputs belongs to receiver q % W (W receivers, each owning a group at
+// least), at place q / W of its slice; a chunk c's slice starts at c x str floats of the receiver's
+// buffer (acc), its (max, sum) pairs at [c][head] of ml.  Addresses are shared::cluster ones of
+// this block's copy (mapa finds the peer's).
+struct AttnPush {
+    unsigned acc, ml, bar;
+    int W, str, c;
+};
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define ATTN_PUSH 1
+__device__ __forceinline__ unsigned attn_mapa(unsigned addr, int rank) {
+    unsigned a;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr), "r"(rank));
+    return a;
+}
+__device__ __forceinline__ void attn_st_async(unsigned addr, float v, unsigned bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 ::"r"(addr), "r"(__float_as_uint(v)), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void attn_st_async2(unsigned addr, float x, float y, unsigned bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];"
+                 ::"r"(addr), "r"(__float_as_uint(x)), "r"(__float_as_uint(y)), "r"(bar) : "memory");
+}
+// The receiver's barrier: one arrival (this thread's, with the bytes it will be sent), then the
+// fence that makes the initialisation visible to the cluster before any peer sends.
+__device__ __forceinline__ void attn_bar_init(unsigned bar, unsigned tx) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n"
+                 "{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }\n"
+                 "fence.mbarrier_init.release.cluster;" ::"r"(bar), "r"(tx) : "memory");
+}
+__device__ __forceinline__ void attn_bar_wait(unsigned bar) {
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p;\n"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
+                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar) : "memory");
+    } while (!done);
+}
+// The chunk's (max, sum) pairs of every head to every receiver.
+template <int NG>
+__device__ __forceinline__ void attn_push_ml(const float* mx, const float* sm, int G, const AttnPush& ps) {
+    for (int t = threadIdx.x; t < 16 * NG; t += blockDim.x) {
+        const int j = t / NG, g = t % NG;
+        if (j < ps.W && g < G)
+            attn_st_async2(attn_mapa(ps.ml, j) + 8u * (ps.c * NG + g), mx[g], sm[g], attn_mapa(ps.bar, j));
+    }
+}
+#endif
+
 // Per head: the max of the chunk's nt scores into mx, exp(score - max) into sc (zeros past nt,
 // so the tensor-core value sum may take whole 16-key steps), their sum into sm.  Fixed trees.
 template <int NG>
@@ -299,6 +351,34 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], in
         p[d + 8] = o[3];
     }
 }
+#ifdef ATTN_PUSH
+// attn_pv's value sum, its outputs pushed to their receivers (AttnPush) instead of stored.
+template <int HD, int NG>
+__device__ __forceinline__ void attn_pv_push(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, const AttnPush& ps) {
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    if (w >= HD / 16) return;
+    const int n = lane >> 2, k2 = 2 * (lane & 3);
+    const bf16_t* arow = vs + ((lane & 7) + (lane >> 4) * 8) * KSTR(HD) + 16 * w + ((lane >> 3) & 1) * 8;
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int t0 = 0; t0 < nt; t0 += 16) {
+        unsigned a[4];
+        attn_ldsm_x4_trans(a, arow + t0 * KSTR(HD));
+        const unsigned b0 = n < G ? attn_pack_bf16(sc[n][t0 + k2], sc[n][t0 + k2 + 1]) : 0u;
+        const unsigned b1 = n < G ? attn_pack_bf16(sc[n][t0 + k2 + 8], sc[n][t0 + k2 + 9]) : 0u;
+        attn_mma(o, a, b0, b1);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {   // head k2 + h: dimensions d = 16 w + n (o[h]) and d + 8 (o[h + 2]), group q
+        const int g = k2 + h, q = g * (HD / 16) + w;
+        if (g < G) {
+            const int j = q % ps.W, t = q / ps.W;
+            const unsigned a = attn_mapa(ps.acc, j) + 4u * (ps.c * ps.str + t * 16 + n), b = attn_mapa(ps.bar, j);
+            attn_st_async(a, o[h], b);
+            attn_st_async(a + 32u, o[h + 2], b);
+        }
+    }
+}
+#endif
 #else
 #define ATTN_QS(HD, NG) __shared__ __align__(16) float qs[NG][HD]
 template <int HD>
@@ -368,6 +448,34 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], in
             }
     }
 }
+#ifdef ATTN_PUSH
+template <int HD, int NG>
+__device__ __forceinline__ void attn_pv_push(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, const AttnPush& ps) {
+    for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
+        float a0[NG], a1[NG];
+#pragma unroll
+        for (int g = 0; g < NG; g++) a0[g] = a1[g] = 0.f;
+#pragma unroll 4
+        for (int t = 0; t < nt; t++) {
+            unsigned v = *(const unsigned*)&vs[t * KSTR(HD) + 2 * i];
+            float v0 = bf2f(v & 0xffff), v1 = bf2f(v >> 16);
+#pragma unroll
+            for (int g = 0; g < NG; g++) {
+                float pr = sc[g][t];
+                a0[g] = __fmaf_rn(pr, v0, a0[g]);
+                a1[g] = __fmaf_rn(pr, v1, a1[g]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < NG; g++)
+            if (g < G) {   // outputs g HD + 2i and + 1: group q, place 2i % 16 in it
+                const int q = (g * HD + 2 * i) / 16, j = q % ps.W, t = q / ps.W;
+                attn_st_async2(attn_mapa(ps.acc, j) + 4u * (ps.c * ps.str + t * 16 + (2 * i) % 16), a0[g], a1[g],
+                               attn_mapa(ps.bar, j));
+            }
+    }
+}
+#endif
 #endif
 
 // The chunk's first n_keys cached keys and values into shared memory (rows padded by 16
@@ -814,7 +922,8 @@ __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, c
                                                 bf16_t* vs, QS qs, float (*sc)[SCSTR], float* mx, float* sm, int H,
                                                 int Hk, int ctx1, int n_chunks, float scale, int P, int neox, int m,
                                                 int kh, int p, int c, bool with_q, bool wait, bool loaded,
-                                                int c_next, float* sacc = nullptr, float2* sml = nullptr) {
+                                                int c_next, float* sacc = nullptr, float2* sml = nullptr,
+                                                const AttnPush* push = nullptr) {
     const int half = HD / 2, G = H / Hk, t0 = c * ATTN_CHUNK;
     const int nt = min(ATTN_CHUNK, p + 1 - t0), p0 = p - m % P;
     const int n_old = max(0, min(nt, p0 - t0));   // positions of this chunk already in the cache
@@ -863,6 +972,14 @@ __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, c
         attn_load_k<HD>(ks, kc, kv2, n_old2);
     }
     attn_wait_v(c_next >= 0);
+#ifdef ATTN_PUSH
+    if (SM && push) {
+        // the cluster barrier that publishes the receivers' mbarriers (attn_rope_push), long since passed as a rule
+        asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+        attn_pv_push<HD, NG>(vs, sc, nt, G, *push);
+        attn_push_ml<NG>(mx, sm, G, *push);
+    } else
+#endif
     if (SM && sacc) {
         attn_pv<HD, NG>(vs, sc, nt, G, sacc, 0, 1, 0);
         if (threadIdx.x < G) sml[threadIdx.x] = make_float2(mx[threadIdx.x], sm[threadIdx.x]);
@@ -973,6 +1090,68 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
 }
 #endif
 
+#ifdef ATTN_CLUSTER
+// The push form (attn_rope_clp_*, launched where every block has one chunk at most: cl >= the
+// grid's chunks): the chunk's partials are pushed to the W = min(nc, G HD / 16) blocks that combine
+// them (AttnPush) as soon as
+// its value sum is done, and a receiver waits on its own mbarrier only: no cluster
+// barrier after the partials, no GPU-wide memory fence, no L2 round trip, and no block waits for
+// its peers to have read it (one sequence: 5.3 -> 4.6 us a launch; docs/perf.md, session 17).  The
+// arithmetic of attn_combine_slice, in chunk order (the same bits); only which block computes which
+// output differs.
+template <int HD, int NG, typename T>
+__device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, const float* cos_t,
+                               const float* sin_t, bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml,
+                               bf16_t* out, int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox,
+                               int early, int cl) {
+    PDL_TRIGGER();
+    ATTN_ROPE_SMEM(HD, NG);
+    // a receiver holds nc x str <= G HD + 16 (nc - 1) floats (nc <= 16), and nc (max, sum) pairs per head
+    __shared__ __align__(16) float racc[NG * HD + 16 * 15];   // [chunk][str]
+    __shared__ __align__(8) float2 rml[16][NG];              // [chunk][head]
+    __shared__ __align__(8) unsigned long long rbar;
+    __shared__ float den[MAX_G];
+    const int r = blockIdx.x, kh = blockIdx.y, m = blockIdx.z, G = H / Hk;
+    if (!early) PDL_WAIT();
+    const int p = pos[m];
+    const int nc = p < 0 ? 0 : p / ATTN_CHUNK + 1;
+    if (nc > cl) __trap();   // the host's rule; the buffers above hold one chunk a block
+    const int Q = G * HD / 16, W = min(nc, Q), str = W ? (Q + W - 1) / W * 16 : 0;
+    const AttnPush ps = {(unsigned)__cvta_generic_to_shared(racc), (unsigned)__cvta_generic_to_shared(rml),
+                         (unsigned)__cvta_generic_to_shared(&rbar), W, str, r};
+    const int own = r < W ? (Q - r + W - 1) / W : 0;   // groups of 16 outputs this block combines
+    if (own && threadIdx.x == 0) attn_bar_init(ps.bar, nc * (64u * own + 8u * G));   // the bytes it will be sent
+    cluster_arrive_relaxed();   // (after the fence: the barriers are initialised before any peer sends)
+    if (p < 0 || r >= nc) {
+        if (early) PDL_WAIT();
+        if (p < 0 && r == 0)   // a padding row: zeros out
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
+        return;
+    }
+    attn_rope_chunk<HD, NG, true>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk,
+                                  ctx1, n_chunks, scale, P, neox, m, kh, p, r, true, early, false, -1, nullptr,
+                                  nullptr, &ps);
+    attn_bar_wait(ps.bar);   // every chunk's slice has landed here
+    __syncthreads();         // every warp is done with the V tile
+    float* cm = (float*)vs;       // [G][nc]: chunk max, then e_c
+    float* cs = cm + G * nc;      // [G][nc]: chunk sum
+    for (int k = threadIdx.x; k < G * nc; k += blockDim.x) {
+        const int gg = k / nc, c = k % nc;
+        cm[k] = rml[c][gg].x;
+        cs[k] = rml[c][gg].y;
+    }
+    __syncthreads();
+    attn_chunk_weights(cm, cs, G, nc, den);
+    __syncthreads();
+    for (int e = threadIdx.x; e < own * 16; e += blockDim.x) {   // attn_combine_slice's arithmetic
+        const int i = (r + (e >> 4) * W) * 16 + (e & 15), g = i / HD;
+        float a = 0.f;
+        for (int c = 0; c < nc; c++) a = __fmaf_rn(racc[c * str + e], cm[g * nc + c], a);
+        out[((long)m * H + kh * G) * HD + i] = f2bf(a / den[g]);
+    }
+}
+#endif
+
 // The tensor-core path at 4 blocks per SM: 64 registers instead of 72 (3 blocks per SM).  The
 // scalar path would spill there.
 #ifdef ATTN_MMA
@@ -985,8 +1164,11 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
 #ifdef ATTN_CLUSTER
 #define ATTN_ROPE_CLUSTERS(...) attn_rope_clusters<__VA_ARGS__>(qkv, pos, slot, c, s, kc, vc, pa, pml, out, H, Hk, \
                                                                ctx1, nch, scale, P, neox, early, cl)
+#define ATTN_ROPE_PUSH(HD, NG, T) attn_rope_push<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, out, H, Hk, \
+                                                           ctx1, nch, scale, P, neox, early, cl)
 #else
 #define ATTN_ROPE_CLUSTERS(...)
+#define ATTN_ROPE_PUSH(HD, NG, T)
 #endif
 #define INSTANTIATE_ATTN_ROPE(HD, NG, T, SUF)                                                           \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_##HD##_g##NG##_##SUF(const T* qkv, \
@@ -1004,7 +1186,12 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_
         const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
         float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
         int early, int cl) {                                                                               \
-    ATTN_ROPE_CLUSTERS(HD, NG, T, true); }
+    ATTN_ROPE_CLUSTERS(HD, NG, T, true); }                                                                 \
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_clp_##HD##_g##NG##_##SUF( \
+        const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
+        float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
+        int early, int cl) {                                                                               \
+    ATTN_ROPE_PUSH(HD, NG, T); }
 #define INSTANTIATE_ATTN_ROPE_G(HD, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 1, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 2, T, SUF) \
     INSTANTIATE_ATTN_ROPE(HD, 4, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 8, T, SUF)
 INSTANTIATE_ATTN_ROPE_G(64, bf16_t, bf16)

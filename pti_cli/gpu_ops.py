@@ -102,7 +102,7 @@ ATTN_THREADS = 256       # kernels/pti_ops.hip ATTN_THREADS
 KERNELS = (["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16", "silu_mul_f32",
             "attn_combine_64", "attn_combine_128", "stream_read", "embed_bf16", "argmax_feed", "norm_parts"]
            + [f"attn_{k}_{hd}_g{g}" for k in ("partial", "fused") for hd in (64, 128) for g in GROUPS]
-           + [f"attn_rope_{k}{hd}_g{g}_{t}" for k in ("", "cl_", "cls_") for hd in (64, 128) for g in GROUPS
+           + [f"attn_rope_{k}{hd}_g{g}_{t}" for k in ("", "cl_", "cls_", "clp_") for hd in (64, 128) for g in GROUPS
               for t in ("bf16", "f32")])
 
 
@@ -129,6 +129,16 @@ def attn_wide_cluster_max() -> int:
     """ATTN_WIDE_CLUSTER_MAX, or PTI_ATTN_WIDE_CL (0: the counter form for every grid that does not
     fit the pinned carveout; 1-16) for A/B runs."""
     return _cluster_setting("PTI_ATTN_WIDE_CL", ATTN_WIDE_CLUSTER_MAX)
+
+
+def attn_push() -> bool:
+    """Whether cluster launches of one chunk a block push their partials into the combining blocks'
+    shared memory (attn_rope_clp_*; the default) or leave them in L2 (attn_rope_cl_*): PTI_ATTN_PUSH=0
+    for A/B runs.  The same bits either way."""
+    v = os.environ.get("PTI_ATTN_PUSH") or "1"
+    if v not in ("0", "1"):
+        raise PtiError(f"PTI_ATTN_PUSH must be 0 or 1, not {v!r}")
+    return v == "1"
 
 
 def attention_cluster(n_chunks: int, groups: int, cluster_max: int, pinned: list[int], wide_max: int = 0,
@@ -186,8 +196,9 @@ class CudaOps:
         # barrier, the combine spread over the cluster); elsewhere through an atomic counter.
         self.cluster_max = attn_cluster_max() if major >= 9 and torch.version.hip is None else 0
         self.wide_cluster_max = attn_wide_cluster_max() if self.cluster_max else 0
+        self.push = attn_push()
         if self.cluster_max > 8 or self.wide_cluster_max > 8:
-            self.k.allow_large_clusters("attn_rope_cl")   # attn_rope_cl_*, attn_rope_cls_*
+            self.k.allow_large_clusters("attn_rope_cl")   # attn_rope_cl_*, attn_rope_cls_*, attn_rope_clp_*
             if self.k_wide is not self.k:
                 self.k_wide.allow_large_clusters("attn_rope_cl")
         # per attention kernel: blocks per GPU at the pinned carveout (the counter form), and
@@ -252,7 +263,9 @@ class CudaOps:
             tail = [(H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
                     (int(sh.rope_neox), I), (early, I)]
             if cl:
-                form = "cls" if cl < nch else "cl"   # blocks of several chunks: may combine through shared memory
+                # blocks of several chunks may combine through shared memory (cls); blocks of one push
+                # their partials to the combining blocks (clp), or leave them in L2 (cl)
+                form = "cls" if cl < nch else "clp" if self.push else "cl"
                 (self.k_wide if on_wide else self.k).launch(
                     f"attn_rope_{form}_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
                     common + [(out, P)] + tail + [(cl, I)], cluster=cl)
@@ -284,7 +297,8 @@ class CudaOps:
         fit = self.k.blocks_per_sm(name, self.device, ATTN_THREADS) * self.sms
         top = 16 if max(self.cluster_max, self.wide_cluster_max) > 8 else 8 if self.cluster_max else 0
         tables = []
-        forms = (cl_name, cl_name.replace("attn_rope_cl_", "attn_rope_cls_"))   # either may be launched
+        one = cl_name.replace("attn_rope_cl_", "attn_rope_clp_") if self.push else cl_name
+        forms = (one, cl_name.replace("attn_rope_cl_", "attn_rope_cls_"))   # either may be launched
         for mod in (self.k, self.k_wide):   # the driver's count, bounded by the blocks this carveout fits
             blocks = min(mod.blocks_per_sm(n, self.device, ATTN_THREADS) for n in forms) * self.sms
             tables.append([0] + [min([mod.max_clusters(n, c, ATTN_THREADS) for n in forms] + [blocks // c])

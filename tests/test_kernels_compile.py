@@ -296,3 +296,20 @@ def test_attention_cluster_setting(monkeypatch):
     assert attention_cluster(11, 8 * 16, 0, pinned, 16, wide) == (0, False)    # clusters off
     assert attention_cluster(11, 8 * 2, 16, pinned, 16, wide) == (11, False)   # the pinned form first
     assert attention_cluster(11, 8 * 16, 16, pinned, 0, wide) == (0, False)    # wide clusters off
+
+
+def test_attention_push_setting(monkeypatch):
+    """The push combine is the default for cluster launches of one chunk a block; PTI_ATTN_PUSH=0
+    keeps the partials in L2 (A/B runs); anything else is refused."""
+    from pti_cli.errors import PtiError
+    from pti_cli.gpu_ops import attn_push
+    monkeypatch.delenv("PTI_ATTN_PUSH", raising=False)
+    assert attn_push() is True
+    monkeypatch.setenv("PTI_ATTN_PUSH", "0")
+    assert attn_push() is False
+    monkeypatch.setenv("PTI_ATTN_PUSH", "1")
+    assert attn_push() is True
+    for bad in ("2", "yes"):
+        monkeypatch.setenv("PTI_ATTN_PUSH", bad)
+        with pytest.raises(PtiError, match="PTI_ATTN_PUSH"):
+            attn_push()

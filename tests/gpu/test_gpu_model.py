@@ -358,38 +358,46 @@ def test_attention_combines_agree_over_many_chunks(ctx, starts, dev, backend, op
     assert int(ops.counters.abs().sum()) == 0
 
 
-@pytest.mark.parametrize("ctx", [200, 700, 2200, 70000])
-def test_attention_clusters_give_the_counters_bits(ctx, dev, backend, ops):
+SHAPE_MHA = GpuShape(n_layers=2, dim=256, ffn=768, n_heads=4, n_kv_heads=4, vocab=768)   # hd 64, G 1
+
+
+@pytest.mark.parametrize("ctx, shape", [(200, SHAPE), (700, SHAPE), (2200, SHAPE), (70000, SHAPE), (700, SHAPE_MHA)],
+                         ids=["200", "700", "2200", "70000", "700-hd64-g1"])
+def test_attention_clusters_give_the_counters_bits(ctx, shape, dev, backend, ops):
     """The fused RoPE + attention combining within thread-block clusters (sm_90: up to 16 blocks,
     or 3, each then taking every third chunk) gives the bits of the atomic-counter combine
     (cluster_max 0): outputs and KV cache, draft rows (two per sequence) and a padding sequence
-    included.  Blocks of several chunks keep their partials in shared memory when they fit (2, 3
-    and 4 of them a block: 200 and 700 positions in clusters of 3, 2200 in clusters of 16), else
-    L2 (one chunk a block; 2200 in clusters of 3); 70000 positions take the slice combine's plain
-    loop.  Near torch's RoPE + attention."""
+    included.  Blocks of one chunk (200 and 700 positions in clusters of up to 16) push their
+    partials into the combining blocks' shared memory (attn_rope_clp_*) or leave them in L2
+    (ops.push off); blocks of several chunks keep theirs in shared memory when they fit (2, 3 and 4
+    of them a block: 200 and 700 positions in clusters of 3, 2200 in clusters of 16), else L2 (2200
+    in clusters of 3); 70000 positions take the slice combine's plain loop.  With one query head
+    of 64 a KV head, 11 chunks push to the 4 blocks that own its 4 groups of 16 outputs.  Near
+    torch's RoPE + attention."""
     if ops.cluster_max == 0:
         pytest.skip("thread-block clusters need sm_90")   # the counter path is then the only one
-    m = gpu_model(SHAPE, dev, backend, ops, graphs=False, max_seqs=4, max_ctx=ctx)
+    m = gpu_model(shape, dev, backend, ops, graphs=False, max_seqs=4, max_ctx=ctx)
     gen = torch.Generator(device="cpu").manual_seed(int(torch.randint(0, 1 << 30, (1,))))
     saved = _random_caches(m, gen)
-    H, Hk, hd, P = SHAPE.n_heads, SHAPE.n_kv_heads, SHAPE.head_dim, 2
+    H, Hk, hd, P = shape.n_heads, shape.n_kv_heads, shape.head_dim, 2
     starts = (ctx - 2, ctx // 2 - 1, 63, None)   # the last sequence is padding
     pos = torch.tensor([s + j if s is not None else -1 for s in starts for j in range(P)], dtype=torch.int32, device=dev)
     slot = torch.tensor([i for i in range(len(starts)) for _ in range(P)], dtype=torch.int32, device=dev)
     qkv = torch.randn(len(starts) * P, (H + 2 * Hk) * hd, generator=gen).bfloat16().to(dev)
-    got, keep = [], ops.cluster_max
-    for cl in (0, keep, 3):
+    got, keep, push = [], ops.cluster_max, ops.push
+    for cl, pushed in ((0, push), (keep, True), (keep, False), (3, push)):
         m.kcache[0].copy_(saved[0])
         m.vcache[0].copy_(saved[1])
-        ops.cluster_max = cl
+        ops.cluster_max, ops.push = cl, pushed
         try:
             out = ops.attention(m, qkv, pos, slot, 0, len(starts), P).clone()
         finally:
-            ops.cluster_max = keep
+            ops.cluster_max, ops.push = keep, push
         got.append((out, m.kcache[0].clone(), m.vcache[0].clone()))
     from pti_cli.gpu_model import ATTN_CHUNK
-    from pti_cli.gpu_ops import attention_cluster
-    fit = ops._fit[f"attn_rope_{hd}_g4_bf16"]   # filled by the launches above
+    from pti_cli.gpu_ops import GROUPS, attention_cluster
+    ng = next(g for g in GROUPS if g >= H // Hk)
+    fit = ops._fit[f"attn_rope_{hd}_g{ng}_bf16"]   # filled by the launches above
     for cl in (keep, 3):   # those launches did take the cluster form
         assert attention_cluster(-(-(ctx + 1) // ATTN_CHUNK), Hk * len(starts) * P, cl, fit[1],
                                  ops.wide_cluster_max, fit[2])[0] > 0
