@@ -1121,17 +1121,28 @@ __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, co
                          (unsigned)__cvta_generic_to_shared(&rbar), W, str, r};
     const int own = r < W ? (Q - r + W - 1) / W : 0;   // groups of 16 outputs this block combines
     if (own && threadIdx.x == 0) attn_bar_init(ps.bar, nc * (64u * own + 8u * G));   // the bytes it will be sent
-    cluster_arrive_relaxed();   // (after the fence: the barriers are initialised before any peer sends)
+    // Two cluster barriers: the first publishes the receivers' mbarriers before any peer sends; every
+    // block arrives at the second once all it will be sent has landed (a receiver) or at once (the
+    // rest), and waits at it before exiting, so that no block exits with its pushes in flight.
+    cluster_arrive_relaxed();   // (after the fence)
     if (p < 0 || r >= nc) {
         if (early) PDL_WAIT();
         if (p < 0 && r == 0)   // a padding row: zeros out
             for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
+        cluster_wait();
+        cluster_arrive_relaxed();
         return;
     }
     attn_rope_chunk<HD, NG, true>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk,
                                   ctx1, n_chunks, scale, P, neox, m, kh, p, r, true, early, false, -1, nullptr,
-                                  nullptr, &ps);
+                                  nullptr, &ps);   // (its pushes wait for the first barrier)
+    if (!own) {
+        cluster_arrive_relaxed();
+        cluster_wait();
+        return;
+    }
     attn_bar_wait(ps.bar);   // every chunk's slice has landed here
+    cluster_arrive_relaxed();
     __syncthreads();         // every warp is done with the V tile
     float* cm = (float*)vs;       // [G][nc]: chunk max, then e_c
     float* cs = cm + G * nc;      // [G][nc]: chunk sum
@@ -1149,6 +1160,7 @@ __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, co
         for (int c = 0; c < nc; c++) a = __fmaf_rn(racc[c * str + e], cm[g * nc + c], a);
         out[((long)m * H + kh * G) * HD + i] = f2bf(a / den[g]);
     }
+    cluster_wait();
 }
 #endif
 
