@@ -323,15 +323,13 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, bf16_t (*qs)[KSTR(
 // Un-normalised output of the chunk: warp w < HD / 16 takes dimensions 16w..16w+15 (A = V^T,
 // ldmatrix.trans), B = p (columns = heads, rounded to bf16, zeros past G and past nt), chained
 // MMAs over the keys in key order.  V rows past nt are zeros in the tile (attn_load_tile).
-template <int HD, int NG>
-__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* part_acc,
-                                        long row_head0, int n_chunks, int c) {
-    static_assert(ATTN_THREADS / WARP >= HD / 16, "a warp per 16 dimensions");
+// Lane (n, k2) of warp w (< HD / 16) ends with o[0] = dimension d = 16 w + n of head k2, o[1] = d of
+// head k2 + 1, o[2] and o[3] = d + 8 of the same.
+template <int HD>
+__device__ __forceinline__ void attn_pv_sum(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float (&o)[4]) {
     const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
-    if (w >= HD / 16) return;
     const int n = lane >> 2, k2 = 2 * (lane & 3);
     const bf16_t* arow = vs + ((lane & 7) + (lane >> 4) * 8) * KSTR(HD) + 16 * w + ((lane >> 3) & 1) * 8;
-    float o[4] = {0.f, 0.f, 0.f, 0.f};
     for (int t0 = 0; t0 < nt; t0 += 16) {
         unsigned a[4];
         attn_ldsm_x4_trans(a, arow + t0 * KSTR(HD));
@@ -339,6 +337,16 @@ __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], in
         const unsigned b1 = n < G ? attn_pack_bf16(sc[n][t0 + k2 + 8], sc[n][t0 + k2 + 9]) : 0u;
         attn_mma(o, a, b0, b1);
     }
+}
+template <int HD, int NG>
+__device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* part_acc,
+                                        long row_head0, int n_chunks, int c) {
+    static_assert(ATTN_THREADS / WARP >= HD / 16, "a warp per 16 dimensions");
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    if (w >= HD / 16) return;
+    const int n = lane >> 2, k2 = 2 * (lane & 3);
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    attn_pv_sum<HD>(vs, sc, nt, G, o);
     const int d = 16 * w + n;
     if (k2 < G) {
         float* p = part_acc + ((row_head0 + k2) * n_chunks + c) * HD;
@@ -358,15 +366,8 @@ __device__ __forceinline__ void attn_pv_push(const bf16_t* vs, float (*sc)[SCSTR
     const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     if (w >= HD / 16) return;
     const int n = lane >> 2, k2 = 2 * (lane & 3);
-    const bf16_t* arow = vs + ((lane & 7) + (lane >> 4) * 8) * KSTR(HD) + 16 * w + ((lane >> 3) & 1) * 8;
     float o[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int t0 = 0; t0 < nt; t0 += 16) {
-        unsigned a[4];
-        attn_ldsm_x4_trans(a, arow + t0 * KSTR(HD));
-        const unsigned b0 = n < G ? attn_pack_bf16(sc[n][t0 + k2], sc[n][t0 + k2 + 1]) : 0u;
-        const unsigned b1 = n < G ? attn_pack_bf16(sc[n][t0 + k2 + 8], sc[n][t0 + k2 + 9]) : 0u;
-        attn_mma(o, a, b0, b1);
-    }
+    attn_pv_sum<HD>(vs, sc, nt, G, o);
 #pragma unroll
     for (int h = 0; h < 2; h++) {   // head k2 + h: dimensions d = 16 w + n (o[h]) and d + 8 (o[h + 2]), group q
         const int g = k2 + h, q = g * (HD / 16) + w;
@@ -422,23 +423,28 @@ __device__ __forceinline__ void attn_scores(const bf16_t* ks, float (*qs)[HD], f
 // every head (one load of the value pair serves all G heads), summing the keys in
 // key order with fused multiply-adds.
 template <int HD, int NG>
+__device__ __forceinline__ void attn_pv_sum(const bf16_t* vs, float (*sc)[SCSTR], int nt, int i, float (&a0)[NG],
+                                            float (&a1)[NG]) {
+#pragma unroll
+    for (int g = 0; g < NG; g++) a0[g] = a1[g] = 0.f;
+#pragma unroll 4
+    for (int t = 0; t < nt; t++) {
+        unsigned v = *(const unsigned*)&vs[t * KSTR(HD) + 2 * i];
+        float v0 = bf2f(v & 0xffff), v1 = bf2f(v >> 16);
+#pragma unroll
+        for (int g = 0; g < NG; g++) {
+            float pr = sc[g][t];
+            a0[g] = __fmaf_rn(pr, v0, a0[g]);
+            a1[g] = __fmaf_rn(pr, v1, a1[g]);
+        }
+    }
+}
+template <int HD, int NG>
 __device__ __forceinline__ void attn_pv(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, float* part_acc,
                                         long row_head0, int n_chunks, int c) {
     for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
         float a0[NG], a1[NG];
-#pragma unroll
-        for (int g = 0; g < NG; g++) a0[g] = a1[g] = 0.f;
-#pragma unroll 4
-        for (int t = 0; t < nt; t++) {
-            unsigned v = *(const unsigned*)&vs[t * KSTR(HD) + 2 * i];
-            float v0 = bf2f(v & 0xffff), v1 = bf2f(v >> 16);
-#pragma unroll
-            for (int g = 0; g < NG; g++) {
-                float pr = sc[g][t];
-                a0[g] = __fmaf_rn(pr, v0, a0[g]);
-                a1[g] = __fmaf_rn(pr, v1, a1[g]);
-            }
-        }
+        attn_pv_sum<HD, NG>(vs, sc, nt, i, a0, a1);
 #pragma unroll
         for (int g = 0; g < NG; g++)
             if (g < G) {
@@ -453,19 +459,7 @@ template <int HD, int NG>
 __device__ __forceinline__ void attn_pv_push(const bf16_t* vs, float (*sc)[SCSTR], int nt, int G, const AttnPush& ps) {
     for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
         float a0[NG], a1[NG];
-#pragma unroll
-        for (int g = 0; g < NG; g++) a0[g] = a1[g] = 0.f;
-#pragma unroll 4
-        for (int t = 0; t < nt; t++) {
-            unsigned v = *(const unsigned*)&vs[t * KSTR(HD) + 2 * i];
-            float v0 = bf2f(v & 0xffff), v1 = bf2f(v >> 16);
-#pragma unroll
-            for (int g = 0; g < NG; g++) {
-                float pr = sc[g][t];
-                a0[g] = __fmaf_rn(pr, v0, a0[g]);
-                a1[g] = __fmaf_rn(pr, v1, a1[g]);
-            }
-        }
+        attn_pv_sum<HD, NG>(vs, sc, nt, i, a0, a1);
 #pragma unroll
         for (int g = 0; g < NG; g++)
             if (g < G) {   // outputs g HD + 2i and + 1: group q, place 2i % 16 in it
