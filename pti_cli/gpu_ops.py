@@ -297,8 +297,8 @@ class CudaOps:
         fit = self.k.blocks_per_sm(name, self.device, ATTN_THREADS) * self.sms
         top = 16 if max(self.cluster_max, self.wide_cluster_max) > 8 else 8 if self.cluster_max else 0
         tables = []
-        one = cl_name.replace("attn_rope_cl_", "attn_rope_clp_") if self.push else cl_name
-        forms = (one, cl_name.replace("attn_rope_cl_", "attn_rope_cls_"))   # either may be launched
+        # any of the three may be launched (whatever PTI_ATTN_PUSH says): the smallest fit counts
+        forms = [cl_name] + [cl_name.replace("attn_rope_cl_", f"attn_rope_{f}_") for f in ("cls", "clp")]
         for mod in (self.k, self.k_wide):   # the driver's count, bounded by the blocks this carveout fits
             blocks = min(mod.blocks_per_sm(n, self.device, ATTN_THREADS) for n in forms) * self.sms
             tables.append([0] + [min([mod.max_clusters(n, c, ATTN_THREADS) for n in forms] + [blocks // c])
