@@ -1087,12 +1087,12 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
 #ifdef ATTN_CLUSTER
 // The push form (attn_rope_clp_*, launched where every block has one chunk at most: cl >= the
 // grid's chunks): the chunk's partials are pushed to the W = min(nc, G HD / 16) blocks that combine
-// them (AttnPush) as soon as
-// its value sum is done, and a receiver waits on its own mbarrier only: no cluster
-// barrier after the partials, no GPU-wide memory fence, no L2 round trip, and no block waits for
-// its peers to have read it (one sequence: 5.3 -> 4.6 us a launch; docs/perf.md, session 17).  The
-// arithmetic of attn_combine_slice, in chunk order (the same bits); only which block computes which
-// output differs.
+// them (AttnPush) as soon as its value sum is done, and a receiver waits on its own mbarrier only
+// before it combines: no GPU-wide memory fence, no L2 round trip, no reads of peers' shared memory
+// (one sequence: 5.3 -> 4.6 us a launch; docs/perf.md, session 17).  The one cluster barrier after
+// the partials only keeps every block alive until all receivers have their bytes.  The arithmetic
+// of attn_combine_slice, in chunk order (the same bits); only which block computes which output
+// differs.
 template <int HD, int NG, typename T>
 __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, const float* cos_t,
                                const float* sin_t, bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml,
