@@ -187,3 +187,45 @@ def test_inv_ctas_form_of_every_variant(backend, ops, monkeypatch):
             s = slots.clone()
             got = poisoned_scaled(backend, lin, u, p, rows, s)
             assert (s.view(torch.int32) == -1).all() and torch.equal(got.view(bits), want.view(bits)), (v, kind)
+
+
+@pytest.mark.parametrize("kind,n,k", [("glu", 28672, 1000), ("f32", 25600, 4096)])
+def test_last_row_groups_launch(backend, ops, kind, n, k):
+    """A matrix of several waves of CTAs ends in a launch of its last row groups (cuda.py
+    LAST_VARIANTS, kernels/pti_kernel.hip pti_mm_tc LAST): every form of that launch gives the bits
+    of the one launch, into NaN-poisoned outputs, for the plain scaled launch (up to 8 rows) and the
+    inv CTAs' form (9-16 rows: slots filled, and the fallback where no inv CTA did them)."""
+    from pti_cli.backends.cuda import LAST_FORMS, last_groups
+    lin = make_linear([rand_q8(n, k)], DEV, backend, out_f32=kind == "f32", glu=kind == "glu")
+    bits = torch.int32 if kind == "f32" else torch.int16
+    g = norm_weights(1, k)
+    saved = (backend.last_split, dict(backend.last_variants))
+    try:
+        for m in (1, 5, 9, 16):
+            x = (torch.randn(m, k, generator=GEN) * 2).to(DEV)
+            u, p = ops.norm_parts(x, g, m, torch.bfloat16)
+            name = backend.kernel_name(1, m, torch.bfloat16, lin.out_dtype or torch.bfloat16, rows=n, glu=lin.glu,
+                                       inv_form=m > INV_IN_EPILOGUE_ROWS)
+            assert last_groups(n // 16, backend.occupancy(name) * backend.sm_count) > 0, (name, m)
+            tiles = 1 if m <= 8 else 2
+            backend.last_split = False
+            pending = torch.full((m,), -1, dtype=torch.int32, device=DEV).view(torch.float32)
+            want = lin.scaled(u, p, 1e-5, m, pending.clone() if m > INV_IN_EPILOGUE_ROWS else None)
+            backend.last_split = True
+            for v in LAST_FORMS[tiles]:
+                backend.last_variants[tiles] = v
+                torch.empty(1 << 20, dtype=torch.float32, device=DEV).fill_(float("nan"))   # poison what empty reuses
+                if m > INV_IN_EPILOGUE_ROWS:
+                    s = pending.clone()
+                    got = lin.scaled(u, p, 1e-5, m, s)
+                    assert torch.equal(s, backend.row_inv(p, k, 1e-5)), (v, m)
+                    assert torch.equal(got.view(bits), want.view(bits)), (v, m)
+                    s = pending.clone()
+                    got = poisoned_scaled(backend, lin, u, p, m, s)
+                    assert (s.view(torch.int32) == -1).all(), (v, m)
+                else:
+                    got = lin.scaled(u, p, 1e-5, m)
+                assert not torch.isnan(got.float()).any(), (v, m)
+                assert torch.equal(got.view(bits), want.view(bits)), (v, m)
+    finally:
+        backend.last_split, backend.last_variants = saved
