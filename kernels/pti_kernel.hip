@@ -256,26 +256,17 @@ __device__ __forceinline__ uint4 pti_ld_stream(const uint4* p) {
     return v;
 }
 
-// A load of what an earlier kernel wrote (activations, the norm's partial sums): through L1
-// (__ldg), or from L2 (CG: a last-row-groups launch, which starts before the kernel it follows has
-// ended and so never waits for it: pti_mm_tc LAST).
-template <bool CG, typename T>
-__device__ __forceinline__ T pti_ld_in(const T* p) {
-    return CG ? __ldcg(p) : __ldg(p);
-}
-
 // Activations of row `row`, columns k0..k0+7, as 4 words of 2 halves; zero
 // past M or K (the padded weights there are zero, but 0 * garbage is not).
-template <bool CG>
 __device__ __forceinline__ uint4 pti_load_x(const unsigned short* __restrict__ x, int row, int M, int k0,
                                             int K, int ldx, int vec_ok) {
     uint4 v = make_uint4(0, 0, 0, 0);
     if (row >= M) return v;
     const unsigned short* p = x + (pti_u64)row * ldx + k0;
-    if (vec_ok && k0 + 8 <= K) return pti_ld_in<CG>((const uint4*)p);
+    if (vec_ok && k0 + 8 <= K) return __ldg((const uint4*)p);
     unsigned h[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) h[e] = k0 + e < K ? (CG ? __ldcg(p + e) : p[e]) : 0u;
+    for (int e = 0; e < 8; ++e) h[e] = k0 + e < K ? p[e] : 0u;
     v.x = h[0] | (h[1] << 16);
     v.y = h[2] | (h[3] << 16);
     v.z = h[4] | (h[5] << 16);
@@ -317,13 +308,9 @@ struct PtiArgs {
 
 // inv of one row from its ng partial sums: lane l adds partials l, l + 32, ... in order, then the
 // xor tree.  Every scaled matmul computes it this way, so a row's bits never depend on the kernel.
-template <bool CG = false>
 __device__ __forceinline__ float pti_row_inv(const float* __restrict__ p, int ng, int K, float eps, int lane) {
     float s = 0.f;
-    if (CG)
-        for (int j = lane; j < ng; j += 32) s = __fadd_rn(s, __ldcg(p + j));
-    else
-        for (int j = lane; j < ng; j += 32) s = __fadd_rn(s, p[j]);
+    for (int j = lane; j < ng; j += 32) s = __fadd_rn(s, p[j]);
     for (int o = 16; o > 0; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
     return rsqrtf(__fdiv_rn(s, (float)K) + eps);
 }
@@ -384,17 +371,15 @@ __device__ __forceinline__ unsigned short pti_glu(float g, float u) {
 }
 
 // inv of the launch's row (twin tw, row m of that twin) from its partial sums (pin); one warp.
-template <bool CG>
 __device__ __forceinline__ float pti_pin_inv(const PtiArgs& a, int tw, int m, int lane) {
-    return pti_row_inv<CG>((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
+    return pti_row_inv((tw ? a.pin[1] : a.pin[0]) + (pti_u64)m * a.ng, a.ng, a.K, a.eps, lane);
 }
 
 // Each row's inv from its partial sums into inv_s (a warp per row).
-template <bool CG>
 __device__ __forceinline__ void pti_inv_from_pin(const PtiArgs& a, float* inv_s, int rows, int warp, int lane) {
     for (int rr = warp; rr < rows; rr += 8) {
         const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
-        const float v = pti_pin_inv<CG>(a, tw, m, lane);
+        const float v = pti_pin_inv(a, tw, m, lane);
         if (lane == 0) inv_s[tw * 64 + m] = v;
     }
 }
@@ -403,7 +388,7 @@ __device__ __forceinline__ void pti_inv_from_pin(const PtiArgs& a, float* inv_s,
 // the CTA's outputs (scaled by the rows' inv, or added into the residual stream: PtiArgs).
 // Shared memory: red (16 KB), then inv per (twin, row) (512 B), then the residual's new
 // values per (slot, row, column) (S * 512 B), whose squares make the partial sums.
-template <int TIN, int TOUT, int NTW, int RG, int MT, bool INVC, bool CG>
+template <int TIN, int TOUT, int NTW, int RG, int MT, bool INVC>
 __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp, int lane, const float* acc,
                                            float* red) {
     constexpr int S = NTW * RG * MT;
@@ -425,14 +410,14 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
                 inv_s[tw * 64 + m] = v;
                 pending = __float_as_uint(v) == PTI_INV_PENDING;
             }
-            if (__syncthreads_or(pending)) pti_inv_from_pin<CG>(a, inv_s, rows, warp, lane);   // an inv CTA was late
+            if (__syncthreads_or(pending)) pti_inv_from_pin(a, inv_s, rows, warp, lane);   // an inv CTA was late
         } else if (a.inv[0]) {
             for (int rr = threadIdx.x; rr < rows; rr += 256) {
                 const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
-                inv_s[tw * 64 + m] = CG ? __ldcg((tw ? a.inv[1] : a.inv[0]) + m) : (tw ? a.inv[1] : a.inv[0])[m];
+                inv_s[tw * 64 + m] = (tw ? a.inv[1] : a.inv[0])[m];
             }
         } else {
-            pti_inv_from_pin<CG>(a, inv_s, rows, warp, lane);
+            pti_inv_from_pin(a, inv_s, rows, warp, lane);
         }
     }
 #pragma unroll
@@ -515,14 +500,14 @@ __device__ __forceinline__ void pti_inv_cta(const PtiArgs& a, int c, int warp, i
     const int rr = c * 8 + warp;
     if (rr >= a.M[0] + a.M[1]) return;
     const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
-    const float v = pti_pin_inv<false>(a, tw, m, lane);
+    const float v = pti_pin_inv(a, tw, m, lane);
     if (lane == 0) ((float*)(tw ? a.inv[1] : a.inv[0]))[m] = v;
 }
 
 // U blocks b0, b0+8, ... of this warp, with checks (the tail: blocks past the
 // end, a partial last block, unaligned activations): issue every load, then
 // compute.
-template <int TIN, int NTW, int RG, int MT, int U, bool CG>
+template <int TIN, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int b0, int lane, float* acc,
                                                  const PtiCvt& k) {
     uint4 wv[U][NTW][RG], xv[U][NTW][MT];
@@ -541,7 +526,7 @@ __device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int
                 }
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
-                    xv[u][tw][mt] = pti_load_x<CG>(tw ? a.x[1] : a.x[0], mt * 8 + (lane >> 2), tw ? a.M[1] : a.M[0],
+                    xv[u][tw][mt] = pti_load_x(tw ? a.x[1] : a.x[0], mt * 8 + (lane >> 2), tw ? a.M[1] : a.M[0],
                                                b * 32 + 8 * (lane & 3), a.K, a.ldx, a.vec_ok);
             }
         }
@@ -578,7 +563,7 @@ struct PtiStep {
 // the pipelined twin kernel at U = 2 fits 128 registers only with XFIRST, the
 // pipelined one-twin U = 3 and U = 6 fit 80 and 128 only without it (and the
 // twin U = 1 issues its scales earlier without it).
-template <int J, bool CG, int NTW, int RG, int MT, int U>
+template <int J, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -586,7 +571,7 @@ __device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, con
         for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
-                st.x[u][tw][mt] = MT < 4 || p.xok[tw][mt] ? pti_ld_in<CG>(p.x[tw][mt] + (J * U + u) * 8 * 4)
+                st.x[u][tw][mt] = MT < 4 || p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)
                                                           : make_uint4(0, 0, 0, 0);
 }
 template <int J, int NTW, int RG, int MT, int U>
@@ -601,11 +586,11 @@ __device__ __forceinline__ void pti_load_w_step(PtiStep<NTW, RG, MT, U>& st, con
                 st.s[u][tw][r] = __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);
             }
 }
-template <int J, bool XFIRST, bool CG, int NTW, int RG, int MT, int U>
+template <int J, bool XFIRST, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_load_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
-    if (XFIRST) pti_load_x_step<J, CG>(st, p);
+    if (XFIRST) pti_load_x_step<J>(st, p);
     pti_load_w_step<J>(st, p);
-    if (!XFIRST) pti_load_x_step<J, CG>(st, p);
+    if (!XFIRST) pti_load_x_step<J>(st, p);
 }
 
 // Move the pointers on by STEPS steps.
@@ -637,16 +622,7 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
 // PF = 1: the main loop is software-pipelined (the next step's loads are issued
 // before this step is computed: twice the registers for loads); PF = 0: a step
 // is loaded, then computed, and the warp has nothing in flight while it computes.
-// LAST: a launch of a matrix's last row groups, queued right after the launch of the others
-// (pti_cli/backends/cuda.py, tail_split) and given a variant with more loads in flight.  The
-// launch before it triggers its dependents as its CTAs start, so this one's CTAs take the SM
-// slots that launch leaves free in its last, partial wave of CTAs, and run beside it; they must
-// not wait for it (griddepcontrol.wait would hold them until it ends).  Their inputs come from
-// the kernel before that one, which has ended (the launch before cannot start its last CTAs
-// until CTAs of its own, which waited for it, have ended), so they read them from L2 (CG: L1
-// may hold older lines).  They wait at their end instead, so that the kernel after them, which
-// waits for this launch only, also finds the other launch ended.  Same arithmetic, same bits.
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC, bool LAST>
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     constexpr int S = NTW * RG * MT;
     extern __shared__ __align__(16) unsigned char pti_smem[];
@@ -692,11 +668,11 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // with PF = 0: no gain at one row there, and spills in the register-tight variants: docs/perf.md.)
     PtiStep<NTW, RG, MT, U> A;
     if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
-    if (!LAST) pti_pdl_wait();
+    pti_pdl_wait();
     if (PF == 0) {
         for (int i = 0; i < nsteps; ++i) {
             PtiStep<NTW, RG, MT, U> C;
-            pti_load_step<0, false, LAST>(C, p);
+            pti_load_step<0, false>(C, p);
             pti_advance<1, U>(p);
             pti_compute_step<TIN>(C, acc, k);
         }
@@ -706,17 +682,17 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         // has no branches around loads; the last one or two steps are computed after it.
         constexpr bool XF = NTW == 2 && U > 1;   // see pti_load_step
         PtiStep<NTW, RG, MT, U> B;
-        if (nsteps > 0) pti_load_x_step<0, LAST>(A, p);
+        if (nsteps > 0) pti_load_x_step<0>(A, p);
         int i = 0;
         for (; i + 2 < nsteps; i += 2) {        // A holds step i, at the pointers
-            pti_load_step<1, XF, LAST>(B, p);
+            pti_load_step<1, XF>(B, p);
             pti_compute_step<TIN>(A, acc, k);
-            pti_load_step<2, XF, LAST>(A, p);
+            pti_load_step<2, XF>(A, p);
             pti_compute_step<TIN>(B, acc, k);
             pti_advance<2, U>(p);
         }
         if (i + 1 < nsteps) {                   // two steps left
-            pti_load_step<1, XF, LAST>(B, p);
+            pti_load_step<1, XF>(B, p);
             pti_compute_step<TIN>(A, acc, k);
             pti_compute_step<TIN>(B, acc, k);
         } else if (i < nsteps) {                // one
@@ -724,15 +700,14 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         }
     }
     for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
-        pti_step_guarded<TIN, NTW, RG, MT, U, LAST>(a, unit, b0, lane, acc, k);
-    pti_finish<TIN, TOUT, NTW, RG, MT, INVC, LAST>(a, unit, warp, lane, acc, (float*)pti_smem);
+        pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, k);
+    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc, (float*)pti_smem);
     if (INVC && TOUT == 0 && a.invo[0] && unit == 0)   // a residual launch: the next matmul's inv pending
         for (int rr = threadIdx.x; rr < a.M[0] + a.M[1]; rr += 256)
             (rr < a.M[0] ? a.invo[0] : a.invo[1])[rr < a.M[0] ? rr : rr - a.M[0]] = __uint_as_float(PTI_INV_PENDING);
-    if (LAST) pti_pdl_wait();
 }
 
-#define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC, LAST)                         \
+#define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC)                               \
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
@@ -743,15 +718,12 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
                            N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {inva, invb},    \
                            {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv};               \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC, LAST>(a);                               \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC>(a);                                     \
     }
-#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false, false)
+#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false)
 // "_i1": the same variant in the inv CTAs' form (PtiArgs; more than 8 rows, one twin): its own
 // instantiation, so that the plain variants' code is not touched by it.
-#define PTI_TC_I(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, true, false)
-// "_l1": the last-row-groups form (pti_mm_tc LAST), of the plain and the inv CTAs' form.
-#define PTI_TC_L(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false, true)
-#define PTI_TC_IL(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, true, true)
+#define PTI_TC_I(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, true)
 
 // Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}[_p1].  The host
 // (pti_cli/backends/cuda.py) picks one per call from M and the matrix's rows; 24.5 KB of dynamic
@@ -796,20 +768,5 @@ PTI_TC_ALL(bf16_out, 0, 1)
 PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
 PTI_TC_ALL(bf16_glu, 0, 2)
-
-// The last-row-groups launches' variants (pti_cli/backends/cuda.py, LAST_VARIANTS): one-twin, up to
-// 16 rows, for the matrices wide enough to take several waves of CTAs (gate/up, the output head).
-#define PTI_TC_LAST(TAG, TIN, TOUT)                                            \
-    PTI_TC_L(pti_mm_##TAG##_t1_r1_m1_u4_p1_l1, TIN, TOUT, 1, 1, 1, 4, 1, 2)    \
-    PTI_TC_L(pti_mm_##TAG##_t1_r1_m1_u4_l1, TIN, TOUT, 1, 1, 1, 4, 0, 3)       \
-    PTI_TC_L(pti_mm_##TAG##_t1_r1_m1_u2_l1, TIN, TOUT, 1, 1, 1, 2, 0, 5)       \
-    PTI_TC_L(pti_mm_##TAG##_t1_r1_m2_u2_p1_l1, TIN, TOUT, 1, 1, 2, 2, 1, 2)    \
-    PTI_TC_L(pti_mm_##TAG##_t1_r1_m2_u1_p1_l1, TIN, TOUT, 1, 1, 2, 1, 1, 3)    \
-    PTI_TC_L(pti_mm_##TAG##_t1_r1_m2_u1_l1, TIN, TOUT, 1, 1, 2, 1, 0, 4)       \
-    PTI_TC_IL(pti_mm_##TAG##_t1_r1_m2_u2_p1_i1_l1, TIN, TOUT, 1, 1, 2, 2, 1, 2) \
-    PTI_TC_IL(pti_mm_##TAG##_t1_r1_m2_u1_p1_i1_l1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
-    PTI_TC_IL(pti_mm_##TAG##_t1_r1_m2_u1_i1_l1, TIN, TOUT, 1, 1, 2, 1, 0, 4)
-PTI_TC_LAST(bf16_glu, 0, 2)
-PTI_TC_LAST(bf16_f32, 0, 0)
 
 #endif  // PTI_CUDA

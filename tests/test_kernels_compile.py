@@ -204,67 +204,6 @@ def test_variant_names_match_the_kernel_source():
         assert split_variant(f"{v}_i1")["i"] == 1 and split_variant(v)["i"] == 0
 
 
-def test_last_row_groups_forms_match_the_kernel_source():
-    """The last-row-groups launches' variants (cuda.py LAST_FORMS) are instantiated as "_l1" with the
-    template arguments and MINB of the plain variant of that name (and "_i1_l1" for 2 row tiles)."""
-    import re
-    from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import LAST_FORMS, LAST_VARIANTS
-
-    src = kernel_source()
-    def inst(macro, suffix):
-        return {m.group(1): m.group(2) for m in re.finditer(
-            macro + r"\(pti_mm_##TAG##_(\w+)" + suffix + r", TIN, TOUT, ([\d, ]+)\)", src)}
-    plain, last, last_inv = inst("PTI_TC", ""), inst("PTI_TC_L", "_l1"), inst("PTI_TC_IL", "_i1_l1")
-    for tiles, forms in LAST_FORMS.items():
-        assert LAST_VARIANTS[tiles] in forms
-        for v in forms:
-            assert last[v] == plain[v], v
-            assert (last_inv.get(v) == plain[v]) if tiles > 1 else v not in last_inv, v
-    assert sorted(last) == sorted(v for vs in LAST_FORMS.values() for v in vs)
-
-
-def test_last_row_groups_launch_arguments(monkeypatch):
-    """Which launches get a last-row-groups launch, how many row groups it takes (those of the
-    partial last wave), and its arguments: the weights, scales and outputs from its first row
-    group on, the rows left, no inv CTAs.  PTI_LAST_VARIANTS picks other forms or is refused."""
-    from types import SimpleNamespace
-    from pti_cli.backends.cuda import CudaBackend, Epilogue, last_groups, last_variants
-    from pti_cli.backends.repack import Packed
-    from pti_cli.errors import PtiError
-
-    assert [last_groups(g, 660) for g in (100, 660, 1320, 1792, 3072)] == [0, 0, 0, 472, 432]
-    assert last_variants("2=t1_r1_m2_u1_p1")[2] == "t1_r1_m2_u1_p1"
-    for bad in ("2=t1_r1_m1_u4", "x=t1_r1_m2_u1", "1=t9"):
-        with pytest.raises(PtiError, match="PTI_LAST_VARIANTS"):
-            last_variants(bad)
-    n, k = 28672, 4096
-    g, nb = n // 16, k // 32
-    pack = Packed(torch.zeros(g, nb, 32, 16, dtype=torch.int8), torch.zeros(g, nb, 8, dtype=torch.int32), n, k)
-    be = SimpleNamespace(last_split=True, last_variants=last_variants(""), sm_count=132,
-                         occupancy=lambda name: 4, funcs={})
-    be.funcs = {f"pti_mm_bf16_glu_{v}_l1": 1 for v in ("t1_r1_m1_u4_p1", "t1_r1_m2_u2_p1_i1")}
-    y = torch.zeros(16, n // 2, dtype=torch.bfloat16)
-    vals = (1000, 2000, 0, 0, 3000, 3000, 4000, 0, 16, 0, n, k, nb, k, n // 2, 1) + (0,) * 14 + (7,)
-    epi = Epilogue(256, 1e-5, pin=[torch.zeros(16, 256)], inv=[torch.zeros(16)])
-    name, ctas, v = CudaBackend.last_launch(be, "pti_mm_bf16_glu_t1_r1_m2_u1_i1", g + 2, vals, [pack], [y], epi)
-    g0 = g - 1792 % 528
-    assert (name, ctas) == ("pti_mm_bf16_glu_t1_r1_m2_u2_p1_i1_l1", 1792 % 528)
-    assert v[0] == 1000 + g0 * nb * 512 and v[1] == 2000 + g0 * nb * 32 and v[6] == 4000 + g0 * 8 * 2
-    assert v[10] == n - g0 * 16 and v[-1] == 0 and v[2:6] == vals[2:6] and v[11:-1] == vals[11:-1]
-    _, _, v = CudaBackend.last_launch(be, "pti_mm_bf16_glu_t1_r1_m1_u2", g, vals, [pack], [y], None)
-    assert v[6] == 4000 + (g - 1792 % 528) * 8 * 2
-    # none: off, two twins, residual launches, other outputs, a grid of one wave or whole waves
-    assert CudaBackend.last_launch(be, "pti_mm_bf16_glu_t1_r1_m1_u2", 528 * 3, vals, [pack], [y], None) is None
-    assert CudaBackend.last_launch(be, "pti_mm_bf16_out_t1_r1_m1_u2", g, vals, [pack], [y], None) is None
-    assert CudaBackend.last_launch(be, "pti_mm_bf16_glu_t2_r1_m1_u2", g, vals, [pack, pack], [y, y], None) is None
-    assert CudaBackend.last_launch(be, "pti_mmg_bf16_f32_t1", g, vals, [pack], [y], None) is None
-    res = Epilogue(256, po=[torch.zeros(16, 256)])
-    assert CudaBackend.last_launch(be, "pti_mm_bf16_glu_t1_r1_m1_u2", g, vals, [pack], [y], res) is None
-    be.last_split = False
-    assert CudaBackend.last_launch(be, "pti_mm_bf16_glu_t1_r1_m1_u2", g, vals, [pack], [y], None) is None
-
-
 def test_variant_overrides_from_the_environment(monkeypatch):
     """PTI_VARIANTS replaces chosen entries of the variant policy (for A/B runs) and refuses a
     name that is not a kernel variant."""

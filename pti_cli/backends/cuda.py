@@ -57,15 +57,6 @@ TWIN_KERNEL_MAX_ROWS = 8
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
 INV_VARIANTS = tuple(dict.fromkeys(v for lim, names in TC_VARIANTS[1] if lim > 8 for v in names.values()))
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
-# A matrix that takes several waves of CTAs ends in a partial wave, where too few CTAs are left to
-# keep the memory busy (docs/perf.md, session 15, item 7).  Its last row groups go in a launch of
-# their own, queued right after the others' and running beside them (kernels/pti_kernel.hip,
-# pti_mm_tc LAST, "_l1"), with a variant of more loads in flight: by row tiles (1: up to 8 rows,
-# 2: up to 16).  The same bits.  PTI_LAST=0 turns it off, PTI_LAST_VARIANTS="1=V;2=V" picks others
-# of LAST_FORMS (A/B runs).
-LAST_VARIANTS = {1: "t1_r1_m1_u4_p1", 2: "t1_r1_m2_u2_p1"}
-LAST_FORMS = {1: ("t1_r1_m1_u4_p1", "t1_r1_m1_u4", "t1_r1_m1_u2"), 2: ("t1_r1_m2_u2_p1", "t1_r1_m2_u1_p1", "t1_r1_m2_u1")}
-LAST_TAGS = ("bf16_glu", "bf16_f32")
 
 
 @dataclass
@@ -116,24 +107,6 @@ def variant_for(twins: int, m: int, width: str = "n") -> str:
             default = names.get(width) or names["w"]
             return over.get(f"{twins}:{limit}:{width}", default)
     raise AssertionError(m)
-
-
-def last_groups(groups: int, slots: int) -> int:
-    """Row groups for the last-row-groups launch of a matrix of `groups` row groups (one a CTA)
-    whose kernel holds `slots` CTAs at once: those of its partial last wave (0: it fits in one wave
-    or ends in a whole one)."""
-    return groups % slots if groups > slots else 0
-
-
-def last_variants(spec: str) -> dict[int, str]:
-    """LAST_VARIANTS with PTI_LAST_VARIANTS' entries ("1=t1_r1_m1_u4;2=t1_r1_m2_u1_p1")."""
-    out = dict(LAST_VARIANTS)
-    for item in filter(None, spec.split(";")):
-        key, _, name = item.partition("=")
-        if not key.isdigit() or name not in LAST_FORMS.get(int(key), ()):
-            raise PtiError(f"PTI_LAST_VARIANTS: {item!r} is not TILES=VARIANT with a variant of {LAST_FORMS}")
-        out[int(key)] = name
-    return out
 
 
 def all_variants() -> list[str]:
@@ -495,8 +468,6 @@ class CudaBackend(KernelBackend):
                 names += [f"pti_mm_bf16_glu_{v}" for v in all_variants()]
                 names += [f"pti_mm_{t}_{v}_i1" for t in ("bf16_f32", "bf16_out", "bf16_glu", "f16_f32", "f16_out")
                           for v in INV_VARIANTS]
-                names += [f"pti_mm_{t}_{v}{i}_l1" for t in LAST_TAGS for mt, vs in LAST_FORMS.items() for v in vs
-                          for i in ("", "_i1")[:mt]]
             carveout = mm_carveout()
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
@@ -509,50 +480,12 @@ class CudaBackend(KernelBackend):
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
         self.pdl = major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
-        # the last-row-groups launches (LAST_VARIANTS) run beside the launch before them: PDL only
-        self.last_split = self.pdl and os.environ.get("PTI_LAST", "1") != "0"
-        self.last_variants = last_variants(os.environ.get("PTI_LAST_VARIANTS", ""))
-        self._occupancy: dict[str, int] = {}
-
-    def occupancy(self, name: str) -> int:
-        """CTAs of kernel `name` an SM holds at once (the driver's count)."""
-        if name not in self._occupancy:
-            self._occupancy[name] = _cu(self._drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                self.funcs[name], THREADS, self.smem.get(name, 0)), f"occupancy {name}")
-        return self._occupancy[name]
-
-    def last_launch(self, name: str, grid: int, vals: tuple, packs, ys, epi: Epilogue | None):
-        """(kernel, CTAs, argument values) of the launch that takes the last row groups of launch
-        `name` (grid CTAs, arguments vals: launch_args), or None where it has none (LAST_VARIANTS)."""
-        if not self.last_split or not name.startswith("pti_mm_") or len(packs) != 1 or (epi is not None and epi.po):
-            return None
-        parts = name.split("_", 4)
-        tag, form = f"{parts[2]}_{parts[3]}", split_variant(parts[4])
-        if tag not in LAST_TAGS or form["t"] != 1 or form["r"] != 1 or form["m"] not in self.last_variants:
-            return None
-        last = f"pti_mm_{tag}_{self.last_variants[form['m']]}" + ("_i1" if form["i"] else "") + "_l1"
-        groups = grid - (epi.inv_ctas() if epi is not None else 0)
-        n = last_groups(groups, self.occupancy(name) * self.sm_count)
-        if not n or last not in self.funcs:
-            return None
-        g0, p0 = groups - n, packs[0]
-        v = list(vals)
-        v[0] += g0 * p0.q.stride(0) * p0.q.element_size()   # the weights and scales of row group g0 on
-        v[1] += g0 * p0.s.stride(0) * p0.s.element_size()
-        v[6] += g0 * (8 if tag == "bf16_glu" else 16) * ys[0].element_size()   # its first output column
-        v[10] -= g0 * 16   # rows left
-        v[-1] = 0          # no inv CTAs: the other launch's compute the rows' inv
-        return last, n, tuple(v)
 
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        last = self.last_launch(name, grid, vals, packs, ys, epi)
-        launch_kernel(self._drv, self.funcs[name], (grid - (last[1] if last else 0),), (THREADS,),
-                      self.smem.get(name, 0), stream, (vals, types), self.pdl, f"launch {name}")
-        if last:
-            launch_kernel(self._drv, self.funcs[last[0]], (last[1],), (THREADS,), self.smem.get(last[0], 0), stream,
-                          (last[2], types), self.pdl, f"launch {last[0]}")
+        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
+                      (vals, types), self.pdl, f"launch {name}")
 
     def row_inv(self, p: torch.Tensor, cols: int, eps: float) -> torch.Tensor:
         rows, ng = p.shape
