@@ -40,6 +40,34 @@ def test_rows_and_counts(result):
     assert not result.notes   # sequence 0 decoded the same tokens at --seqs 3
 
 
+def test_prefill_is_repeated_and_its_median_kept(monkeypatch):
+    """The prefill, like the decode, runs once untimed and `repeats` times timed, its median kept; a
+    repeat whose first picks differ makes the row's repeats_identical false."""
+    model = bench.build_model("tiny", CPU, "a", 2, 27)
+    durations = iter([9.0, 1.0, 5.0, 2.0])   # the warm-up's 9 s is left out: median of 1, 5, 2
+    clock = {"t": 0.0}
+    calls = []
+    real = model.prefill
+
+    def timed_prefill(seqs, *a, **k):
+        calls.append(len(seqs))
+        out = real(seqs, *a, **k)
+        clock["t"] += next(durations)
+        return out
+    monkeypatch.setattr(model, "prefill", timed_prefill)
+
+    def tick():   # every reading a microsecond on, so the decode's times are not zero
+        clock["t"] += 1e-6
+        return clock["t"]
+    monkeypatch.setattr(bench.time, "perf_counter", tick)
+    r = bench.run_setting(model, bench.Setting(2), 20, 6, 3, 1e9)
+    assert calls == [2, 2, 2, 2] and r.repeats_identical
+    assert math.isclose(r.prefill_tok_s, 2 * 20 / 2.0, rel_tol=1e-5)
+    picks = iter([[1, 2], [1, 2], [1, 3]])
+    monkeypatch.setattr(model, "prefill", lambda seqs, *a, **k: (real(seqs, *a, **k), next(picks))[1])
+    assert not bench.run_setting(model, bench.Setting(2), 20, 6, 2, 1e9).repeats_identical
+
+
 def independent_bytes(model: GpuModel, seqs: int, context: float) -> float:
     """Count from the tensors themselves: weights, norms, KV rows, and every matmul's input and output
     recorded during a real pass (plus the embedding rows and the logits)."""
