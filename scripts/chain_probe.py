@@ -25,8 +25,10 @@ SRC = r'''
 typedef unsigned long long u64;
 // One CTA per row group of 16 rows (nb blocks of 512 weight bytes + 32 scale bytes), 8 warps, warp w
 // reading blocks w, w + 8, ... U at a time, as the matmul kernels do; EARLY: the first step before
-// griddepcontrol.wait.
-template <int U, int EARLY>
+// griddepcontrol.wait; WAIT: 0 before the loads (the dependency a matmul has), 1 never (no data
+// dependency: the kernel's CTAs read beside the previous kernel's last ones), 2 at the CTA's end only
+// (so that the next kernel's wait still covers this one's predecessor).
+template <int U, int EARLY, int WAIT = 0>
 __device__ void rg_read(const uint4* q, const unsigned* s, int nb, unsigned* out) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -39,7 +41,7 @@ __device__ void rg_read(const uint4* q, const unsigned* s, int nb, unsigned* out
 #pragma unroll
         for (int u = 0; u < U; ++u) if (b + 8 * u < nb) { v[u] = qp[u * 8 * 32]; sv[u] = sp[u * 8 * 8]; }
     }
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (WAIT == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
     for (; b < nb; b += 8 * U, qp += 8 * U * 32, sp += 8 * U * 8) {
         if (!EARLY || b != warp) {
 #pragma unroll
@@ -56,7 +58,90 @@ __device__ void rg_read(const uint4* q, const unsigned* s, int nb, unsigned* out
         for (int i = threadIdx.x; i < 256; i += 32) r ^= red[i];
         out[blockIdx.x * 32 + threadIdx.x] = r;
     }
+    if (WAIT == 2) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
+extern "C" __global__ void __launch_bounds__(256, 2) rg_read_u4_nowait(const uint4* q, const unsigned* s, int nb, unsigned* out) { rg_read<4, 0, 1>(q, s, nb, out); }
+extern "C" __global__ void __launch_bounds__(256, 2) rg_read_u4_endwait(const uint4* q, const unsigned* s, int nb, unsigned* out) { rg_read<4, 0, 2>(q, s, nb, out); }
+// Dataflow between the chained kernels, as a matmul whose inputs come from the matrix before could
+// have it: no griddepcontrol.wait before the loads (unless wait_start); before using a step's blocks a
+// warp makes sure the producer's row groups those blocks take their activations from have published
+// their flag (one byte a row group, 1 when done), scanning the flags from its high-water mark, 512 at a
+// time (16 a lane), with an acquire fence once they are; at its end the CTA publishes its own flag
+// (a fence, then the byte) and waits for its predecessor grid (so that the next kernel's wait still
+// covers the grids before).  Consumer block b of nb takes producer row groups up to (b + 1) prg / nb.
+template <int V>
+__device__ __forceinline__ void flow_ensure(const unsigned char* pf, int prg, int need, int& H, int lane, int* sH) {
+    if (V == 2 && H < need) H = max(H, *(volatile int*)sH);   // another warp of the CTA may have seen more
+    if (H >= need) return;
+    bool first = true;
+    while (H < need) {
+        if (V == 2 && !first) __nanosleep(256);
+        first = false;
+        const int base = (H & ~15) + 16 * lane;
+        uint4 v = make_uint4(0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u);
+        if (base < prg) v = __ldcg((const uint4*)(pf + base));
+        unsigned w[4] = {v.x, v.y, v.z, v.w};
+        int lead = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            unsigned m = __vcmpeq4(w[i], 0x01010101u);   // 0xff per ready byte
+            int n = m == 0xffffffffu ? 4 : (__ffs(~m) - 1) / 8;
+            if (lead == 4 * i) lead += n;
+        }
+        for (int i = 0; i < 16; ++i) if (base + i >= prg && lead == i) lead = 16;   // past the end: ready
+        const unsigned full = __ballot_sync(0xffffffffu, lead == 16);
+        const int fl = full == 0xffffffffu ? 32 : __ffs(~full) - 1;
+        const int add = fl == 32 ? 0 : __shfl_sync(0xffffffffu, lead, fl);
+        H = (H & ~15) + 16 * fl + add;
+    }
+    if (V == 2 && lane == 0) atomicMax(sH, H);
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+template <int V>
+__device__ void rg_flow(const uint4* q, const unsigned* s, int nb, unsigned* out, const unsigned char* pf, int prg,
+                        unsigned char* myf, int wait_start) {
+    constexpr int U = 4;
+    __shared__ int sH;
+    if (threadIdx.x == 0) sH = 0;
+    __syncthreads();
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint4* qp = q + ((u64)blockIdx.x * nb + warp) * 32 + lane;
+    const unsigned* sp = s + ((u64)blockIdx.x * nb + warp) * 8 + (lane >> 2);
+    unsigned a = 0;
+    int H = 0;
+    if (wait_start) asm volatile("griddepcontrol.wait;" ::: "memory");
+    for (int b = warp; b < nb; b += 8 * U, qp += 8 * U * 32, sp += 8 * U * 8) {
+        uint4 v[U]; unsigned sv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) if (b + 8 * u < nb) { v[u] = __ldg(qp + u * 8 * 32); sv[u] = __ldg(sp + u * 8 * 8); }
+        if (pf) {
+            const int bmax = min(nb - 1, b + 8 * (U - 1));
+            flow_ensure<V>(pf, prg, min(prg, (int)(((long long)(bmax + 1) * prg + nb - 1) / nb)), H, lane, &sH);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) if (b + 8 * u < nb) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w ^ sv[u];
+    }
+    __shared__ unsigned red[256];
+    red[threadIdx.x] = a;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        unsigned r = 0;
+        for (int i = threadIdx.x; i < 256; i += 32) r ^= red[i];
+        out[blockIdx.x * 32 + threadIdx.x] = r;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        ((volatile unsigned char*)myf)[blockIdx.x] = 1;
+    }
+    if (!wait_start) asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+extern "C" __global__ void __launch_bounds__(256, 2) rg_flow_u4(const uint4* q, const unsigned* s, int nb, unsigned* out,
+        const unsigned char* pf, int prg, unsigned char* myf, int wait_start) { rg_flow<1>(q, s, nb, out, pf, prg, myf, wait_start); }
+// V 2: the CTA's warps share their high-water mark (shared memory), and back off 256 ns between polls
+extern "C" __global__ void __launch_bounds__(256, 2) rg_flow2_u4(const uint4* q, const unsigned* s, int nb, unsigned* out,
+        const unsigned char* pf, int prg, unsigned char* myf, int wait_start) { rg_flow<2>(q, s, nb, out, pf, prg, myf, wait_start); }
 extern "C" __global__ void __launch_bounds__(256, 2) rg_read_u4(const uint4* q, const unsigned* s, int nb, unsigned* out) { rg_read<4, 0>(q, s, nb, out); }
 extern "C" __global__ void __launch_bounds__(256, 2) rg_read_u4_early(const uint4* q, const unsigned* s, int nb, unsigned* out) { rg_read<4, 1>(q, s, nb, out); }
 extern "C" __global__ void __launch_bounds__(256, 2) rg_read_u8(const uint4* q, const unsigned* s, int nb, unsigned* out) { rg_read<8, 0>(q, s, nb, out); }
@@ -147,7 +232,7 @@ def main():
     torch.empty(1, device="cuda")
     cu = compile_nvrtc(SRC, "sm_90")
     mod = driver.cuModuleLoadData(cu.binary)[1]
-    names = ("rg_read_u4", "rg_read_u4_early", "rg_read_u8", "grid_stride", "chunks_one", "chunks_persistent")
+    names = ("rg_read_u4", "rg_read_u4_early", "rg_read_u4_nowait", "rg_read_u4_endwait", "rg_flow_u4", "rg_flow2_u4", "rg_read_u8", "grid_stride", "chunks_one", "chunks_persistent")
     f = {n: driver.cuModuleGetFunction(mod, n.encode())[1] for n in names}
     mats = [m for _ in range(32) for m in LAYER] + [HEAD]
     bufs = [(torch.empty(g * nb * 512, dtype=torch.uint8, device="cuda"),
@@ -199,6 +284,26 @@ def main():
                            (P, P, I, P, I, P)), False, "cp")
         return go
 
+    # the dataflow chain: a flag byte per row group of every matrix (reset at the graph's start)
+    offs, o = [], 0
+    for _, _, g, _ in bufs:
+        offs.append(o)
+        o += -(-g // 16) * 16
+    flags = torch.zeros(o, dtype=torch.uint8, device="cuda")
+
+    def flow(which, kern="rg_flow_u4"):
+        """which(i): 'wait' (griddepcontrol.wait first, as after the attention) or 'flow' for matrix i."""
+        def go():
+            flags.zero_()
+            for i, (q, s, g, nb) in enumerate(bufs):
+                w = which(i)
+                pf = flags.data_ptr() + offs[i - 1] if (i and w == "flow") else 0
+                prg = bufs[i - 1][2] if i else 0
+                launch_kernel(driver, f[kern], (g,), (256,), 0, stream(),
+                              ((q.data_ptr(), s.data_ptr(), nb, out.data_ptr(), pf, prg, flags.data_ptr() + offs[i],
+                                int(w == "wait")), (P, P, I, P, P, I, P, I)), True, "flow")
+        return go
+
     floor = time_graph(one_stream, 10)
     bw = total / floor
     print(f"{len(bufs)} matrices, {total / 1e9:.3f} GB; one streaming kernel over the same bytes: "
@@ -206,6 +311,13 @@ def main():
     for label, fn in (("row-group reads, U=4, PDL", chain("rg_read_u4", True)),
                       ("row-group reads, U=4, no PDL", chain("rg_read_u4", False)),
                       ("row-group reads, U=4, first step before the wait, PDL", chain("rg_read_u4_early", True)),
+                      ("row-group reads, U=4, PDL, no wait (no dependency)", chain("rg_read_u4_nowait", True)),
+                      ("row-group reads, U=4, PDL, the wait at the CTA's end", chain("rg_read_u4_endwait", True)),
+                      ("flags: every matrix waits (griddepcontrol.wait), flags published", flow(lambda i: "wait")),
+                      ("flags: dataflow but O (after the attention) waits", flow(lambda i: "wait" if i == 0 or (i < 128 and i % 4 == 1) else "flow")),
+                      ("flags: dataflow everywhere", flow(lambda i: "wait" if i == 0 else "flow")),
+                      ("flags, shared mark + backoff: dataflow but O waits", flow(lambda i: "wait" if i == 0 or (i < 128 and i % 4 == 1) else "flow", "rg_flow2_u4")),
+                      ("flags, shared mark + backoff: dataflow everywhere", flow(lambda i: "wait" if i == 0 else "flow", "rg_flow2_u4")),
                       ("row-group reads, U=8, PDL", chain("rg_read_u8", True)),
                       ("grid-stride kernel per matrix (weights, scales), PDL", per_matrix_stride(True)),
                       ("64 KB chunks, a kernel per matrix, PDL", chunks_chain),
