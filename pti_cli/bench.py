@@ -13,9 +13,9 @@ ceiling (tok/s) = read bandwidth / bytes a pass must read x tokens per pass.
 
 Every setting decodes `gen` tokens per sequence after a `prompt_len`-token
 prompt (prefill timed apart); the prefill and the decode are each repeated and
-the median kept after one warm-up.  Speculative settings on a synthetic model replay an accept trace
-recorded on a real model (random weights repeat themselves and inflate tau),
-and are labelled `replay`.
+the median kept after one warm-up.  Speculative settings on a synthetic model
+replay an accept trace recorded on a real model (random weights repeat
+themselves and inflate tau), and are labelled `replay`.
 """
 
 from __future__ import annotations
