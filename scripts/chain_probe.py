@@ -23,6 +23,17 @@ from pti_cli.bench_kernels import time_graph  # noqa: E402
 
 SRC = r'''
 typedef unsigned long long u64;
+// The CTA's reads folded into one word per lane of out, so that no load is optimised away.
+__device__ __forceinline__ void cta_out(unsigned a, unsigned* out) {
+    __shared__ unsigned red[256];
+    red[threadIdx.x] = a;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        unsigned r = 0;
+        for (int i = threadIdx.x; i < 256; i += 32) r ^= red[i];
+        out[blockIdx.x * 32 + threadIdx.x] = r;
+    }
+}
 // One CTA per row group of 16 rows (nb blocks of 512 weight bytes + 32 scale bytes), 8 warps, warp w
 // reading blocks w, w + 8, ... U at a time, as the matmul kernels do; EARLY: the first step before
 // griddepcontrol.wait; WAIT: 0 before the loads (the dependency a matmul has), 1 never (no data
@@ -50,14 +61,7 @@ __device__ void rg_read(const uint4* q, const unsigned* s, int nb, unsigned* out
 #pragma unroll
         for (int u = 0; u < U; ++u) if (b + 8 * u < nb) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w ^ sv[u];
     }
-    __shared__ unsigned red[256];
-    red[threadIdx.x] = a;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        unsigned r = 0;
-        for (int i = threadIdx.x; i < 256; i += 32) r ^= red[i];
-        out[blockIdx.x * 32 + threadIdx.x] = r;
-    }
+    cta_out(a, out);
     if (WAIT == 2) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 extern "C" __global__ void __launch_bounds__(256, 2) rg_read_u4_nowait(const uint4* q, const unsigned* s, int nb, unsigned* out) { rg_read<4, 0, 1>(q, s, nb, out); }
@@ -122,14 +126,7 @@ __device__ void rg_flow(const uint4* q, const unsigned* s, int nb, unsigned* out
 #pragma unroll
         for (int u = 0; u < U; ++u) if (b + 8 * u < nb) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w ^ sv[u];
     }
-    __shared__ unsigned red[256];
-    red[threadIdx.x] = a;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        unsigned r = 0;
-        for (int i = threadIdx.x; i < 256; i += 32) r ^= red[i];
-        out[blockIdx.x * 32 + threadIdx.x] = r;
-    }
+    cta_out(a, out);
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
