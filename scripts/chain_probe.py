@@ -4,7 +4,9 @@ down per layer, 32 layers, then the output head) as a CUDA graph of read-only ke
 matmuls' memory pattern and no arithmetic, chained with programmatic dependent launch as the pass
 is; and one persistent kernel reading the same matrices with a grid barrier between them.  Compared
 with one streaming kernel over the same bytes, it says what a dependency per matrix costs by itself
-(docs/perf.md, session 10, item 3).  Then each matrix shape alone, its copies chained (the setting of
+(docs/perf.md, session 10, item 3).  Also the chain with no wait (no dependency), with the wait at
+each CTA's end, and with a dependency per row group (a flag byte each CTA publishes, polled by the
+next kernel: dataflow) instead of the wait (session 18, item 4).  Then each matrix shape alone, its copies chained (the setting of
 `pti bench --kernels`).
     python3 scripts/chain_probe.py"""
 
