@@ -7,7 +7,8 @@
 //
 // Weights (per twin), for row group rg (16 rows) and block b (32 columns):
 //   q[rg][b][lane][16] int8: lane = 4g+t holds row g, columns 8t..8t+7 in
-//                      bytes 0-7 and row g+8, the same columns, in bytes 8-15
+//                      bytes 0-7 and row g+8, the same columns, in bytes 8-15;
+//                      sign-magnitude for the bf16 kernels, offset binary for f16
 //   s[rg][b][g]        u32: f16 scale of row g (low half), row g+8 (high half)
 // A warp's 16-byte loads of one (rg, b) are 512 contiguous bytes and are
 // exactly the A fragments of two m16n8k16 MMAs (k permuted inside the block;
@@ -90,10 +91,20 @@ template <int TIN>
 __device__ __forceinline__ float pti_act_to_f32(unsigned short h) {
     return TIN == 0 ? pti_bf16_to_f32(h) : pti_f16_to_f32(h);
 }
+// bf16_out: f16 inputs that stand for a bf16 model's activations (h16, below) give bf16 outputs.
 template <int TIN, int TOUT>
-__device__ __forceinline__ void pti_store(void* y, pti_u64 i, float v) {
+__device__ __forceinline__ void pti_store(void* y, pti_u64 i, float v, bool bf16_out = false) {
     if (TOUT == 0) ((float*)y)[i] = v;
-    else ((unsigned short*)y)[i] = TIN == 0 ? pti_f32_to_bf16(v) : pti_f32_to_f16(v);
+    else ((unsigned short*)y)[i] = TIN == 0 || bf16_out ? pti_f32_to_bf16(v) : pti_f32_to_f16(v);
+}
+
+// h16: how a bf16 model hands its matmuls their inputs (pti_cli/backends/cuda.py, H16_SHIFT): the f16
+// of the bf16 value times 2^-PTI_H16_SHIFT, exact for 2^-13 <= |v| < 2^20 (a bf16 value has 8
+// significant bits, an f16 11); the weights' scales carry 2^PTI_H16_SHIFT (repack.py), so the sums
+// are those of the bf16 inputs.  The f16 MMA's weights take 2 instructions per pair, the bf16 MMA's 4.
+#define PTI_H16_SHIFT 4
+__device__ __forceinline__ unsigned short pti_bf16_to_h16(unsigned short b) {
+    return pti_f32_to_f16(__fmul_rn(pti_bf16_to_f32(b), 1.f / (1 << PTI_H16_SHIFT)));
 }
 
 // ---------------------------------------------------------- streaming read
@@ -145,7 +156,8 @@ __device__ __forceinline__ void pti_mm_generic(
                     const int k = b * 32 + kk;
                     const int lane = lane_row + (kk >> 3);
                     const int e = (unsigned char)q[blk * 512 + lane * 16 + half + (kk & 7)];
-                    const float w = (float)(e & 0x80 ? -(e & 0x7f) : e);   // sign-magnitude
+                    // sign-magnitude for bf16 activations, offset binary (w + 128) for f16 (repack.py)
+                    const float w = (float)(TIN == 1 ? e - 128 : e & 0x80 ? -(e & 0x7f) : e);
                     const float a = k < K ? pti_act_to_f32<TIN>(x[(pti_u64)m * ldx + k]) : 0.f;
                     dot = __fmaf_rn(w, a, dot);
                 }
@@ -183,11 +195,12 @@ PTI_GENERIC(pti_mmg_f16_out_t2, 1, 1, 2)
 // ------------------------------------------------------ tensor-core kernel
 #if defined(PTI_CUDA)
 
-// 4 weights of one row (4 consecutive columns), stored sign-magnitude (bit 7
-// sign, bits 0-6 |w|; the repack writes them so) -> two bf16x2 / f16x2 words,
-// exact: the sign and magnitude placed under the exponent of 128 (bf16) or
-// 1024 (f16) give +-(C + |w|); adding -+C gives w.  2 PRMT + 4 LOP3 + 2 HFMA2
-// for 4 weights.
+// 4 weights of one row (4 consecutive columns) -> two bf16x2 / f16x2 words, exact.
+// bf16 (7 mantissa bits, too few for a byte): stored sign-magnitude (bit 7 sign, bits 0-6 |w|;
+// the repack writes them so), the sign and magnitude placed under the exponent of 128 give
+// +-(128 + |w|); adding -+128 gives w: 2 PRMT + 4 LOP3 + 2 HFMA2 for 4 weights.
+// f16: stored offset binary (w + 128), each byte placed under the exponent of 1024 (one PRMT for two
+// weights) gives 1152 + w; adding -1152 gives w: 2 PRMT + 2 HADD2 for 4 weights.
 // PtiCvt: the masks 0x807f807f, C and 0x80008000 as run-time values held in registers by the
 // caller (made from a kernel argument that is always 0).  A LOP3 takes one immediate, so
 // (p & mask) | C is one instruction only with the mask and C both in registers; written in C,
@@ -198,15 +211,30 @@ struct PtiCvt {
 };
 template <int TIN>
 __device__ __forceinline__ PtiCvt pti_cvt_masks(unsigned zero) {
-    return {0x807f807fu ^ zero, (TIN == 0 ? 0x43004300u : 0x64006400u) ^ zero, 0x80008000u ^ zero};
+    return {(TIN == 0 ? 0x807f807fu : 0xe480e480u) ^ zero, (TIN == 0 ? 0x43004300u : 0x64646464u) ^ zero, 0x80008000u ^ zero};
 }
 // LEAN: v from the mask and an immediate C (two LOP3s: ptxas folds the mask into the first),
 // one register fewer, for the variants of many row tiles, whose registers are the limit and over
 // whose tiles the conversion is shared.
 template <int TIN, bool LEAN = false>
 __device__ __forceinline__ void pti_cvt4(unsigned w, unsigned& lo, unsigned& hi, const PtiCvt& k) {
-    constexpr unsigned C = TIN == 0 ? 0x43004300u : 0x64006400u;      // +128 bf16 / +1024 f16
-    constexpr unsigned ONE = TIN == 0 ? 0x3f803f80u : 0x3c003c00u;
+    if (TIN == 1) {   // f16: offset-binary bytes (w + 128) under the exponent of 1024 give 1152 + w
+        // -1152 in both halves from k (sm_80) or as a constant (sm_90): the other form leaves a few bytes
+        // of spills in some variants there (ptxas' allocation; the same arithmetic)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+        const unsigned neg = k.km;
+#else
+        const unsigned neg = 0xe480e480u;
+#endif
+        unsigned p01, p23;
+        p01 = __byte_perm(w, 0x64646464u, 0x4140);   // bytes w0, 0x64, w1, 0x64
+        p23 = __byte_perm(w, 0x64646464u, 0x4342);
+        asm("add.rn.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(p01), "r"(neg));
+        asm("add.rn.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(p23), "r"(neg));
+        return;
+    }
+    constexpr unsigned C = 0x43004300u;      // +128 bf16
+    constexpr unsigned ONE = 0x3f803f80u;
     unsigned p01, p23;   // bytes e0, sign(e0), e1, sign(e1) (prmt's sign-replicate mode: selector bit 3)
     asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(p01) : "r"(w));
     asm("prmt.b32 %0, %1, 0, 0xb3a2;" : "=r"(p23) : "r"(w));
@@ -302,6 +330,10 @@ struct PtiArgs {
     // PTI_INV_PENDING.
     float* invo[2];
     int n_inv;
+    // Bit 0: the norm parts (uo) and the fused gate/up's outputs are written as h16 (pti_bf16_to_h16),
+    // for an h16 matrix after this one.  Bit 1: f16 inputs that are h16 (a bf16 model's), so the
+    // plain outputs (TOUT 1) are bf16, not f16.
+    int h16;
 };
 // No inv is this bit pattern (a NaN the hardware never produces: its NaNs are 0x7fffffff).
 #define PTI_INV_PENDING 0xffffffffu
@@ -445,7 +477,8 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
                         g = __fmul_rn(g, iv);
                         u = __fmul_rn(u, iv);
                     }
-                    ((unsigned short*)(tw ? a.y[1] : a.y[0]))[(pti_u64)m * a.ldy + f] = pti_glu(g, u);
+                    ((unsigned short*)(tw ? a.y[1] : a.y[0]))[(pti_u64)m * a.ldy + f] =
+                        (a.h16 & 1) ? pti_bf16_to_h16(pti_glu(g, u)) : pti_glu(g, u);
                 }
             }
             __syncthreads();
@@ -469,13 +502,13 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
                     float* xp = (float*)(tw ? a.y[1] : a.y[0]) + (pti_u64)m * a.ldy + n;
                     nx = __fadd_rn(*xp, pti_bf16_to_f32(pti_f32_to_bf16(v)));
                     *xp = nx;
-                    (tw ? a.uo[1] : a.uo[0])[(pti_u64)m * a.ldy + n] =
-                        pti_f32_to_bf16(__fmul_rn(nx, (tw ? a.g[1] : a.g[0])[n]));
+                    const unsigned short ub = pti_f32_to_bf16(__fmul_rn(nx, (tw ? a.g[1] : a.g[0])[n]));
+                    (tw ? a.uo[1] : a.uo[0])[(pti_u64)m * a.ldy + n] = (a.h16 & 1) ? pti_bf16_to_h16(ub) : ub;
                 }
                 res_s[(slot * 8 + (m - mt * 8)) * 16 + col] = nx;
             } else if (n < a.N && row_ok) {
                 if (scaled) v = __fmul_rn(v, inv_s[tw * 64 + m]);
-                pti_store<TIN, TOUT>(tw ? a.y[1] : a.y[0], (pti_u64)m * a.ldy + n, v);
+                pti_store<TIN, TOUT>(tw ? a.y[1] : a.y[0], (pti_u64)m * a.ldy + n, v, (a.h16 & 2) != 0);
             }
         }
         __syncthreads();
@@ -670,6 +703,9 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
     pti_pdl_wait();
     if (PF == 0) {
+        // The unroll is fixed (for bf16, what NVVM's size heuristic chose): left to it, the f16
+        // kernels' shorter steps were unrolled further, spilled and ran slower (docs/perf.md, session 19).
+#pragma unroll(TIN == 0 && U == 1 && MT <= 2 ? 2 : 1)
         for (int i = 0; i < nsteps; ++i) {
             PtiStep<NTW, RG, MT, U> C;
             pti_load_step<0, false>(C, p);
@@ -680,10 +716,11 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         // Two buffers, unrolled by two so that no registers are copied: step i+1's loads are
         // issued before step i is computed, so a warp always has a step in flight.  The loop
         // has no branches around loads; the last one or two steps are computed after it.
-        constexpr bool XF = NTW == 2 && U > 1;   // see pti_load_step
+        constexpr bool XF = NTW == 2 && U > 1 && TIN == 0;   // see pti_load_step
         PtiStep<NTW, RG, MT, U> B;
         if (nsteps > 0) pti_load_x_step<0>(A, p);
         int i = 0;
+#pragma unroll 1
         for (; i + 2 < nsteps; i += 2) {        // A holds step i, at the pointers
             pti_load_step<1, XF>(B, p);
             pti_compute_step<TIN>(A, acc, k);
@@ -714,10 +751,10 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok,                            \
         const float* pina, const float* pinb, int ng, float eps, const float* inva,            \
         const float* invb, unsigned short* uoa, unsigned short* uob, float* poa, float* pob,   \
-        const float* ga, const float* gb, float* ioa, float* iob, int n_inv) {                 \
+        const float* ga, const float* gb, float* ioa, float* iob, int n_inv, int h16) {        \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
                            N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {inva, invb},    \
-                           {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv};               \
+                           {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv, h16};          \
         pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC>(a);                                     \
     }
 #define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false)
@@ -768,5 +805,6 @@ PTI_TC_ALL(bf16_out, 0, 1)
 PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
 PTI_TC_ALL(bf16_glu, 0, 2)
+PTI_TC_ALL(f16_glu, 1, 2)   // an h16 model's gate/up (its outputs h16: PtiArgs.h16)
 
 #endif  // PTI_CUDA

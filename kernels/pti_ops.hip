@@ -52,6 +52,16 @@ __device__ __forceinline__ bf16_t f2bf(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return (bf16_t)(u >> 16);
 }
+// float -> f16 bits, round to nearest even
+__device__ __forceinline__ unsigned short f2h16(float f) {
+#ifdef __HIPCC__
+    return __builtin_bit_cast(unsigned short, (_Float16)f);
+#else
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#endif
+}
 
 // One RoPE rotation, rounded step by step (no contraction), so that the RoPE
 // kernel and the fused attention give the same bits.
@@ -1221,11 +1231,13 @@ extern "C" __global__ void __launch_bounds__(256) embed_bf16(const bf16_t* __res
 
 // The first layer's norm input, as a residual-writing matmul leaves it for the next
 // (kernels/pti_kernel.hip, PtiArgs): u[m] = bf16(x[m] * g) (ga for the first n_a rows, gb
-// after) and p[m][j] = the sum of x^2 over columns 16j..16j+15, in column order.  x: the
-// float32 rows embed_bf16 wrote.  grid: rows, 256 threads, a thread per group of 16 columns.
+// after; h16: as pti_kernel.hip's h16, the f16 of that value times 2^-H16_SHIFT) and p[m][j] = the
+// sum of x^2 over columns 16j..16j+15, in column order.  x: the float32 rows embed_bf16 wrote.
+// grid: rows, 256 threads, a thread per group of 16 columns.
+#define H16_SHIFT 4   // = PTI_H16_SHIFT of pti_kernel.hip
 extern "C" __global__ void __launch_bounds__(256) norm_parts(const float* __restrict__ x,
         const float* __restrict__ ga, const float* __restrict__ gb, int n_a, int d, bf16_t* __restrict__ u,
-        float* __restrict__ p) {
+        float* __restrict__ p, int h16) {
     PDL_ENTRY();
     int m = blockIdx.x, ng = (d + 15) / 16;
     const float* __restrict__ g = m < n_a ? ga : gb;
@@ -1233,7 +1245,8 @@ extern "C" __global__ void __launch_bounds__(256) norm_parts(const float* __rest
         float s = 0.f;
         for (int i = 16 * j; i < 16 * j + 16 && i < d; i++) {
             float v = x[(long)m * d + i];
-            u[(long)m * d + i] = f2bf(__fmul_rn(v, g[i]));
+            bf16_t b = f2bf(__fmul_rn(v, g[i]));
+            u[(long)m * d + i] = h16 ? f2h16(__fmul_rn(bf2f(b), 1.f / (1 << H16_SHIFT))) : b;
             s = __fmaf_rn(v, v, s);
         }
         p[(long)m * ng + j] = s;

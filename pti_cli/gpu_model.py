@@ -94,9 +94,13 @@ class KernelLinear:
     """The kernels backend's matmul (batch-invariant); both twins from one read when ab.
     glu: a fused gate/up matrix whose kernel returns silu(gate) * up ([M, rows / 2])."""
 
-    def __init__(self, backend: Any, w: Any, n_twins: int, stored_bytes: int, out_dtype=None, twin: int = 0):
+    def __init__(self, backend: Any, w: Any, n_twins: int, stored_bytes: int, out_dtype=None, twin: int = 0,
+                 h16: bool = False):
         self.backend, self.w, self.n_twins, self.twin = backend, w, n_twins, twin
         self.out_dtype = out_dtype
+        # h16: its norm parts (a residual matrix) or silu(gate) * up (a gate/up) come out as h16 (to_h16)
+        # for an h16 matrix after it; an h16 matrix's other outputs are bf16 either way
+        self.h16 = h16
         self.glu = getattr(w, "glu", False)
         self.nbytes = getattr(w, "nbytes", stored_bytes)   # what the kernels read (padding rows included)
 
@@ -105,9 +109,18 @@ class KernelLinear:
             return self.backend.matmul(x, self.w, self.twin, self.out_dtype)
         # both twins' outputs straight into one [M, N] tensor: no concatenation pass
         n_out = self.w.rows // 2 if self.glu else self.w.rows
-        y = torch.empty((x.shape[0], n_out), dtype=self.out_dtype or x.dtype, device=x.device)
+        y = torch.empty((x.shape[0], n_out), dtype=self._y_dtype(x), device=x.device)
         self.backend.matmul_twins(x[:n_a], x[n_a:], self.w, self.out_dtype, outs=(y[:n_a], y[n_a:]))
         return y
+
+    def _y_dtype(self, x: torch.Tensor) -> torch.dtype:
+        """Outputs: float32 (out_dtype), h16 (float16) from a gate/up whose outputs go to an h16 matrix,
+        else the model's activations (bf16)."""
+        if self.out_dtype is not None:
+            return self.out_dtype
+        if self.glu and self.h16:
+            return torch.float16
+        return torch.bfloat16 if getattr(self.w, "h16", False) or self.glu else x.dtype
 
     def _parts(self, M: int, n_a: int) -> list[tuple[int, int, int]]:
         """(twin, first row, end row) of each twin with rows: the rows a launch takes per twin."""
@@ -127,16 +140,17 @@ class KernelLinear:
             return None
         M = u.shape[0]
         n_out = self.w.rows // 2 if self.glu else self.w.rows
-        y = torch.empty((M, n_out), dtype=self.out_dtype or u.dtype, device=u.device)
+        y = torch.empty((M, n_out), dtype=self._y_dtype(u), device=u.device)
         parts = self._parts(M, n_a)
         if M <= INV_IN_EPILOGUE_ROWS:   # each CTA sums its rows' partials itself: no launch
-            epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts])
+            epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts], h16=self.h16)
         elif inv is not None and self._inv_ctas_ok(M, parts, y.dtype):
             # summed once by the launch's first CTAs, read by the others
-            epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts], inv=[inv[lo:hi] for _, lo, hi in parts])
+            epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts], inv=[inv[lo:hi] for _, lo, hi in parts],
+                           h16=self.h16)
         else:   # summed once by a launch, so that the CTAs read one float per row instead of the partials
             inv = self.backend.row_inv(p, u.shape[1], eps)
-            epi = Epilogue(p.shape[1], eps, inv=[inv[lo:hi] for _, lo, hi in parts])
+            epi = Epilogue(p.shape[1], eps, inv=[inv[lo:hi] for _, lo, hi in parts], h16=self.h16)
         self.backend.matmul_epi([t for t, _, _ in parts], [u[lo:hi] for _, lo, hi in parts], self.w,
                                 [y[lo:hi] for _, lo, hi in parts], epi)
         return y
@@ -151,7 +165,7 @@ class KernelLinear:
             return None
         M, d = x.shape
         ng = -(-d // 16)
-        u = torch.empty((M, d), dtype=a.dtype, device=a.device)
+        u = torch.empty((M, d), dtype=torch.float16 if self.h16 else torch.bfloat16, device=a.device)   # as the kernels write it
         p = torch.empty((M, ng), dtype=torch.float32, device=a.device)
         parts = self._parts(M, n_a)
         inv = None
@@ -160,7 +174,7 @@ class KernelLinear:
         cut = lambda t: [t[lo:hi] for _, lo, hi in parts] if t is not None else []   # noqa: E731
         self.backend.matmul_epi([t for t, _, _ in parts], cut(a), self.w, cut(x),
                                 Epilogue(ng, 0.0, uo=cut(u), po=cut(p), g=[g if g.dim() == 1 else g[t] for t, _, _ in parts],
-                                         invo=cut(inv)))
+                                         invo=cut(inv), h16=self.h16))
         return u, p, inv
 
 
@@ -172,14 +186,22 @@ class KernelLinear:
 # its own: no norm launch between them (kernels/pti_kernel.hip, PtiArgs).  The torch versions
 # below give the same values in another rounding order (the CPU path and other backends).
 
+def to_h16(t: torch.Tensor) -> torch.Tensor:
+    """h16, how an h16 model hands its matmuls their inputs: bf16(t), as float16 times 2^-H16_SHIFT
+    (exact for 2^-13 <= |v| < 2^20; kernels/pti_kernel.hip pti_bf16_to_h16, repack.py)."""
+    from .backends.repack import H16_SHIFT
+    return (t.to(torch.bfloat16).float() * 2.0 ** -H16_SHIFT).to(torch.float16)
+
+
 def norm_parts(x: torch.Tensor, g: torch.Tensor, n_a: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(u, p): u = x * g in `dtype` (g [d], or [2, d] per twin: the first n_a rows are twin A's),
-    p[m][j] = sum of x[m][16j:16j+16]^2."""
+    """(u, p): u = x * g in `dtype` (float16: h16, to_h16) (g [d], or [2, d] per twin: the first n_a
+    rows are twin A's), p[m][j] = sum of x[m][16j:16j+16]^2."""
     if g.dim() == 2:
         g = torch.cat([g[0].expand(n_a, -1), g[1].expand(x.shape[0] - n_a, -1)])
     M, d = x.shape
     sq = torch.nn.functional.pad(x * x, (0, -d % 16))
-    return (x * g).to(dtype), sq.view(M, -1, 16).sum(-1)
+    u = x * g
+    return to_h16(u) if dtype == torch.float16 else u.to(dtype), sq.view(M, -1, 16).sum(-1)
 
 
 def scaled(lin: Any, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
@@ -198,25 +220,57 @@ def scaled(lin: Any, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
 
 def residual(lin: Any, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype):
     """x += lin(a) (rounded to the activations' dtype); returns the next norm's (u, p, inv) for
-    weights g (inv: the next matmul's pending inv slots, or None)."""
+    weights g, u in `dtype` (float16: h16) (inv: the next matmul's pending inv slots, or None)."""
     res = lin.residual(a, x, g, n_a) if hasattr(lin, "residual") else None
     if res is None:
-        x += lin(a, n_a).to(dtype).float()
+        x += lin(a, n_a).to(torch.bfloat16 if dtype == torch.float16 else dtype).float()
         res = norm_parts(x, g, n_a, dtype) + (None,)
     return res
 
 
+# The matrices that take h16 inputs (to_h16) by default: the down projection, the one whose h16
+# kernels made the pass faster at one sequence and at 16 (docs/perf.md, session 19: QKV gained nothing,
+# gate/up and the head gained at one sequence and lost more at 16).  The attention's output matrix
+# never does (the attention writes bf16).
+H16_ROLES = ("down",)
+ALL_H16_ROLES = ("qkv", "gu", "down", "head")
+
+
+def h16_roles(backend: Any, shape: GpuShape) -> frozenset:
+    """The matrices of a model of `shape` ("qkv", "gu", "down", "head") that take h16 inputs on
+    `backend`, which the launches before them write in their epilogues (kernels/pti_kernel.hip,
+    PtiArgs.h16).  PTI_H16 (A/B runs): "0" none, "all", or a comma-separated list."""
+    if not (getattr(backend, "h16_ok", lambda: False)() and backend.glu_ok(2 * shape.ffn)):
+        return frozenset()
+    v = os.environ.get("PTI_H16", "")
+    roles = H16_ROLES if v == "" else () if v == "0" else ALL_H16_ROLES if v == "all" else tuple(v.split(","))
+    if not set(roles) <= set(ALL_H16_ROLES):
+        raise PtiError(f"PTI_H16: {v!r} is not 0, all, or a list of {', '.join(ALL_H16_ROLES)}")
+    return frozenset(roles)
+
+
+def h16_io(roles: frozenset, layer: int, n_layers: int) -> dict[str, tuple[bool, bool]]:
+    """Per matrix of a layer (and "head"): (takes h16 inputs, writes h16 for the matrix after it)."""
+    nxt = "qkv" if layer + 1 < n_layers else "head"
+    return {"qkv": ("qkv" in roles, False),
+            "wo": (False, "gu" in roles),
+            "gu": ("gu" in roles, "down" in roles),
+            "down": ("down" in roles, nxt in roles),
+            "head": ("head" in roles, False)}
+
+
 def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, backend: Any = None,
-                out_f32: bool = False, glu: bool = False):
+                out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False)):
     """A Linear from one or two (int8 [N, K], f16 scales [N, K/32]) Q8_0 matrices on `device`.
     out_f32: float32 outputs from the kernels (the logits).  glu: the rows are gate then up,
-    and a kernels backend that can may return silu(gate) * up itself (the Linear's `glu`)."""
+    and a kernels backend that can may return silu(gate) * up itself (the Linear's `glu`).
+    h16: (the matmuls take h16 inputs, they write h16 for the matrix after them): h16_io."""
     n, k = pairs[0][0].shape
     q8_bytes = n * ((k + QBLOCK - 1) // QBLOCK) * 34 * len(pairs)
     if backend is not None:
         glu = glu and not out_f32 and getattr(backend, "glu_ok", lambda n: False)(n)
-        return KernelLinear(backend, backend.weight_from_q8(pairs, glu=glu), len(pairs), q8_bytes,
-                            torch.float32 if out_f32 else None)
+        return KernelLinear(backend, backend.weight_from_q8(pairs, glu=glu, h16=h16[0]), len(pairs), q8_bytes,
+                            torch.float32 if out_f32 else None, h16=h16[1])
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
     mats = []
     for qs, scales in pairs:
@@ -241,6 +295,7 @@ class Weights:
     layers: list[LayerWeights]
     out_norm: torch.Tensor
     output: Any
+    h16: frozenset = frozenset()   # the matrices that take h16 inputs (h16_roles)
 
     def matrix_bytes(self) -> int:
         """Bytes of every matrix a pass reads (the embedding table excluded)."""
@@ -382,6 +437,7 @@ class GpuModel:
         self.max_seqs, self.max_ctx = max_seqs, max_ctx
         self.act_dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
         self.kv_dtype = self.act_dtype
+        self.mm_dtype = torch.float16 if "qkv" in weights.h16 else self.act_dtype   # the first norm's u (float16: h16)
         self.ops = ops or TorchOps()
         self.graphs = (device.type == "cuda") if graphs is None else graphs
         hd = shape.head_dim
@@ -407,17 +463,17 @@ class GpuModel:
     # -- one forward over device vectors; S sequences x P rows, the first n_a_rows on twin A
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, S: int, P: int, n_a_rows: int):
         sh, ops, n_a = self.shape, self.ops, n_a_rows
-        L, act, eps = self.w.layers, self.act_dtype, sh.eps
+        L, ud, eps = self.w.layers, self.mm_dtype, sh.eps   # ud: the first norm's u (float16: h16)
         x = ops.embed(self.w.embed, tokens, n_a)             # the residual stream, float32
-        u, p = ops.norm_parts(x, L[0].attn_norm, n_a, act)  # the next norm's parts (see `scaled`)
+        u, p = ops.norm_parts(x, L[0].attn_norm, n_a, ud)  # the next norm's parts (see `scaled`)
         inv = None
         for i, lw in enumerate(L):
             q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a, inv), pos, slot, i)
             a = ops.attention(self, q, pos, slot, i, S, P)
-            u, p, inv = residual(lw.wo, a, x, lw.ffn_norm, n_a, act)
+            u, p, inv = residual(lw.wo, a, x, lw.ffn_norm, n_a, ud)
             gu = scaled(lw.wgu, u, p, eps, n_a, inv)
             g_next = L[i + 1].attn_norm if i + 1 < len(L) else self.w.out_norm
-            u, p, inv = residual(lw.wdown, gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), x, g_next, n_a, act)
+            u, p, inv = residual(lw.wdown, gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), x, g_next, n_a, ud)
         return scaled(self.w.output, u, p, eps, n_a, inv)
 
     # -- host side of one pass
@@ -611,28 +667,33 @@ def load_ssq(ssq: Any, backend: Any, device: torch.device, twins: str = "a", *, 
     shape = GpuShape(cfg.n_layers, cfg.hidden, cfg.ffn, cfg.n_heads, cfg.n_kv_heads, cfg.vocab,
                      head_dim=cfg.head_dim, eps=cfg.rms_eps, rope_theta=cfg.rope_theta, rope_neox=cfg.rope_neox)
 
-    def q8(*names: str, out_f32: bool = False, glu: bool = False):
+    roles = h16_roles(backend, shape) if backend is not None else frozenset()
+
+    def q8(*names: str, out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False)):
         pairs = []
         for t in ts:
             parts = [ssq.q8(n, t) for n in names]
             pairs.append((torch.from_numpy(np.concatenate([p[0] for p in parts])).to(device),
                           torch.from_numpy(np.concatenate([p[1] for p in parts])).to(device)))
-        return make_linear(pairs, device, backend, out_f32, glu)
+        return make_linear(pairs, device, backend, out_f32, glu, h16)
 
     def vec(name: str) -> torch.Tensor:   # [n] for one twin, [2, n] for two
         v = [torch.from_numpy(np.ascontiguousarray(ssq.dense(name, t), dtype=np.float32)) for t in ts]
         return (v[0] if len(v) == 1 else torch.stack(v)).to(device)
 
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
+    io = [h16_io(roles, i, cfg.n_layers) for i in range(cfg.n_layers)]
     layers = [LayerWeights(vec(f"blk.{i}.attn_norm.weight"),
-                           q8(f"blk.{i}.attn_q.weight", f"blk.{i}.attn_k.weight", f"blk.{i}.attn_v.weight"),
-                           q8(f"blk.{i}.attn_output.weight"), vec(f"blk.{i}.ffn_norm.weight"),
-                           q8(f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight", glu=True),
-                           q8(f"blk.{i}.ffn_down.weight"))
+                           q8(f"blk.{i}.attn_q.weight", f"blk.{i}.attn_k.weight", f"blk.{i}.attn_v.weight",
+                              h16=io[i]["qkv"]),
+                           q8(f"blk.{i}.attn_output.weight", h16=io[i]["wo"]), vec(f"blk.{i}.ffn_norm.weight"),
+                           q8(f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight", glu=True, h16=io[i]["gu"]),
+                           q8(f"blk.{i}.ffn_down.weight", h16=io[i]["down"]))
               for i in range(cfg.n_layers)]
     embed = vec("token_embd.weight").to(act)
-    output = q8("token_embd.weight" if cfg.tied_embeddings else "output.weight", out_f32=True)
-    w = Weights(embed, layers, vec("output_norm.weight"), output)
+    output = q8("token_embd.weight" if cfg.tied_embeddings else "output.weight", out_f32=True,
+                h16=h16_io(roles, 0, 1)["head"])
+    w = Weights(embed, layers, vec("output_norm.weight"), output, roles)
     factors = vec("rope_freqs.weight") if cfg.rope_freq_factors else None
     if factors is not None and factors.dim() == 2:
         factors = factors[0]   # same architecture and hyper-parameters: twin A's (pack checks they agree)

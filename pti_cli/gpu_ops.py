@@ -325,15 +325,15 @@ class CudaOps:
         return x
 
     def norm_parts(self, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype):
-        """(u, p) of the first layer's norm (gpu_model.norm_parts), one launch."""
-        if dtype != torch.bfloat16 or not x.is_contiguous():
+        """(u, p) of the first layer's norm (gpu_model.norm_parts; dtype float16: u in h16), one launch."""
+        if dtype not in (torch.bfloat16, torch.float16) or not x.is_contiguous():
             return TorchOps().norm_parts(x, g, n_a, dtype)
         M, d = x.shape
-        u = torch.empty((M, d), dtype=torch.bfloat16, device=x.device)
+        u = torch.empty((M, d), dtype=dtype, device=x.device)
         p = torch.empty((M, -(-d // 16)), dtype=torch.float32, device=x.device)
         ga, gb = (g[0], g[1]) if g.dim() == 2 else (g, g)
         self.k.launch("norm_parts", (M,), (256,), [(x, P), (ga, P), (gb, P), (n_a if g.dim() == 2 else M, I),
-                                                  (d, I), (u, P), (p, P)])
+                                                  (d, I), (u, P), (p, P), (int(dtype == torch.float16), I)])
         return u, p
 
     def argmax_feed(self, logits: torch.Tensor, feed: torch.Tensor | None) -> torch.Tensor:

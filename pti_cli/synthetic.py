@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .errors import PtiError
-from .gpu_model import GpuShape, LayerWeights, Weights, make_linear
+from .gpu_model import GpuShape, LayerWeights, Weights, h16_io, h16_roles, make_linear
 
 QBLOCK = 32
 Q8_BYTES_PER_BLOCK = 34      # f16 scale + 32 int8
@@ -121,24 +121,28 @@ def build_weights(shape: GpuShape, device: torch.device, twins: str, seed: int, 
     gen.manual_seed(seed)
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
 
-    def mat(n: int, k: int, out_f32: bool = False, glu: bool = False):
+    roles = h16_roles(backend, shape) if backend is not None else frozenset()
+
+    def mat(n: int, k: int, out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False)):
         pairs = [random_q8(n, k, gen, draw_device) for _ in range(2 if twins == "ab" else 1)]
         if draw_device != device:
             pairs = [(q.to(device), s.to(device)) for q, s in pairs]
-        return make_linear(pairs, device, backend, out_f32, glu)
+        return make_linear(pairs, device, backend, out_f32, glu, h16)
 
     def norm():
         return (1.0 + 0.1 * torch.randn(shape.dim, generator=gen, device=draw_device)).float().to(device)
 
     embed = (0.5 * torch.randn((shape.vocab, shape.dim), generator=gen, device=draw_device)).to(act).to(device)
     hd, layers = shape.head_dim, []
-    for _ in range(shape.n_layers):
+    for i in range(shape.n_layers):
+        io = h16_io(roles, i, shape.n_layers)
         layers.append(LayerWeights(
             attn_norm=norm(),
-            wqkv=mat((shape.n_heads + 2 * shape.n_kv_heads) * hd, shape.dim),
-            wo=mat(shape.dim, shape.n_heads * hd),
+            wqkv=mat((shape.n_heads + 2 * shape.n_kv_heads) * hd, shape.dim, h16=io["qkv"]),
+            wo=mat(shape.dim, shape.n_heads * hd, h16=io["wo"]),
             ffn_norm=norm(),
-            wgu=mat(2 * shape.ffn, shape.dim, glu=True),
-            wdown=mat(shape.dim, shape.ffn),
+            wgu=mat(2 * shape.ffn, shape.dim, glu=True, h16=io["gu"]),
+            wdown=mat(shape.dim, shape.ffn, h16=io["down"]),
         ))
-    return Weights(embed=embed, layers=layers, out_norm=norm(), output=mat(shape.vocab, shape.dim, out_f32=True))
+    return Weights(embed=embed, layers=layers, out_norm=norm(),
+                   output=mat(shape.vocab, shape.dim, out_f32=True, h16=h16_io(roles, 0, 1)["head"]), h16=roles)

@@ -50,12 +50,13 @@ def _rand_q8(rng, n, nb):
     return q, d
 
 
+@pytest.mark.parametrize("code", ["bf16", "f16", "h16"])
 @pytest.mark.parametrize("n,k", [(1, 32), (37, 100), (64, 4096), (33, 8)])
-def test_repack_layout_is_the_documented_one(n, k):
+def test_repack_layout_is_the_documented_one(n, k, code):
     rng = np.random.default_rng(n * 1000 + k)
     nb = -(-k // 32)
     q, d = _rand_q8(rng, n, nb)
-    p = repack_q8(q, d, k)
+    p = repack_q8(q, d, k, code)
     G = p.q.shape[0]
     assert G * 16 % 32 == 0 and G * 16 >= n and p.q.shape == (G, nb, 32, 16) and p.s.shape == (G, nb, 8)
     # independent index arithmetic: group r, block b, lane 4g+t, byte 8h+kk
@@ -64,10 +65,13 @@ def test_repack_layout_is_the_documented_one(n, k):
     cols = 32 * b + 8 * (lane % 4) + byte % 8
     qpad = np.zeros((G * 16, nb * 32), np.int8)
     qpad[:n] = q.numpy()
-    sm = np.where(qpad < 0, 0x80 | -qpad.astype(np.int16), qpad).astype(np.uint8)   # sign-magnitude bytes
-    assert np.array_equal(p.q.numpy().view(np.uint8), sm[rows, cols])
+    if code == "bf16":   # sign-magnitude bytes
+        want = np.where(qpad < 0, 0x80 | -qpad.astype(np.int16), qpad).astype(np.uint8)
+    else:                # offset binary: w + 128
+        want = (qpad.astype(np.int16) + 128).astype(np.uint8)
+    assert np.array_equal(p.q.numpy().view(np.uint8), want[rows, cols])
     dpad = np.zeros((G * 16, nb), np.float16)
-    dpad[:n] = d.numpy()
+    dpad[:n] = d.numpy() * (16 if code == "h16" else 1)   # h16: the scales carry 2^H16_SHIFT
     words = p.s.numpy().view(np.uint32)
     r, b, g = np.meshgrid(np.arange(G), np.arange(nb), np.arange(8), indexing="ij")
     lo = (words & 0xFFFF).astype(np.uint16).view(np.float16)
@@ -124,6 +128,39 @@ def test_repack_round_trips_ssq_files(tmp_path):
         assert np.array_equal(q.numpy(), rq) and np.array_equal(d.numpy().view(np.uint16), rd.view(np.uint16))
 
 
+def test_h16_shift_is_one_constant_everywhere():
+    """The h16 scale 2^-H16_SHIFT: the repack's scales, pti_kernel.hip's and pti_ops.hip's
+    conversions and gpu_model.to_h16 must agree, or the h16 model's sums are off by a power of two."""
+    import re
+    from pathlib import Path
+    from pti_cli.backends.repack import H16_SHIFT
+    root = Path(__file__).resolve().parents[1] / "kernels"
+    assert re.search(r"#define PTI_H16_SHIFT (\d+)", (root / "pti_kernel.hip").read_text()).group(1) == str(H16_SHIFT)
+    assert re.search(r"#define H16_SHIFT (\d+)", (root / "pti_ops.hip").read_text()).group(1) == str(H16_SHIFT)
+
+
+def test_to_h16_holds_bf16_values_exactly_in_its_range():
+    """to_h16: bf16(t) * 2^-H16_SHIFT as float16, exact for 2^-13 <= |v| < 2^20; below, the nearest
+    multiple of 2^-20 (float16's subnormals); norm_parts in float16 gives it."""
+    from pti_cli.backends.repack import H16_SHIFT
+    from pti_cli.gpu_model import norm_parts, to_h16
+    g = torch.Generator().manual_seed(int(np.random.default_rng().integers(1 << 30)))
+    mag = torch.exp2(torch.empty(20000).uniform_(-13, 19.99, generator=g))
+    t = (mag * torch.where(torch.rand(20000, generator=g) < 0.5, -1.0, 1.0)).float()
+    b = t.to(torch.bfloat16).float()
+    h = to_h16(t)
+    assert h.dtype == torch.float16 and torch.equal(h.float() * 2.0 ** H16_SHIFT, b)
+    tiny = torch.exp2(torch.empty(2000).uniform_(-30, -13.01, generator=g))
+    err = (to_h16(tiny).double() * 2.0 ** H16_SHIFT - tiny.to(torch.bfloat16).double()).abs()
+    assert bool((err <= 2.0 ** -21).all()) and bool((to_h16(tiny) >= 0).all())
+    assert torch.isinf(to_h16(torch.tensor([2.0 ** 20 * 1.0001]))).all()   # past the range: inf, not a wrong finite
+    x = torch.randn(3, 40, generator=g) * 10
+    w = torch.randn(40, generator=g)
+    u, p = norm_parts(x, w, 3, torch.float16)
+    u_b, p_b = norm_parts(x, w, 3, torch.bfloat16)
+    assert torch.equal(u, to_h16(x * w)) and torch.equal(p, p_b) and torch.equal(u.float() * 16, u_b.float())
+
+
 def test_repack_refuses_minus_128():
     from pti_cli.errors import PtiError
 
@@ -131,6 +168,13 @@ def test_repack_refuses_minus_128():
     q[3, 5] = -128
     with pytest.raises(PtiError, match="-128"):
         repack_q8(q, torch.ones(16, 1, dtype=torch.float16), 32)
+    # offset binary holds -128 (the f16 kernels' encoding); a scale that h16's 2^4 takes past f16 is refused
+    q2, _ = unpack_q8(repack_q8(q, torch.ones(16, 1, dtype=torch.float16), 32, "f16"))
+    assert torch.equal(q2, q)
+    with pytest.raises(PtiError, match="float16's range"):
+        repack_q8(q, torch.full((16, 1), 5000.0, dtype=torch.float16), 32, "h16")
+    with pytest.raises(PtiError, match="no encoding"):
+        repack_q8(q, torch.ones(16, 1, dtype=torch.float16), 32, "int4")
 
 
 def test_gpu_backends_refuse_cleanly_without_their_gpu():

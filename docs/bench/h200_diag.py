@@ -48,11 +48,11 @@ def main() -> None:
 
     def matmuls():
         for lw in m.w.layers:
-            lw.wqkv(h, 1)
-            lw.wo(h, 1)
-            lw.wgu(h, 1)
-            lw.wdown(a, 1)
-        m.w.output(h, 1)
+            lw.wqkv(feed(lw.wqkv, h), 1)
+            lw.wo(feed(lw.wo, h), 1)
+            lw.wgu(feed(lw.wgu, h), 1)
+            lw.wdown(feed(lw.wdown, a), 1)
+        m.w.output(feed(m.w.output, h), 1)
     out["matmuls_ms"] = graph_time(matmuls)
     out["matmul_floor_ms"] = m.w.matrix_bytes() / bw["best"] * 1e3
     x = torch.randn(1, sh.dim, device=dev)
@@ -88,6 +88,12 @@ def main() -> None:
             json.dump(out, f, indent=1)
 
 
+def feed(lin, t: torch.Tensor) -> torch.Tensor:
+    """t as the matrix takes it: bf16, or h16 (gpu_model.to_h16) for an h16 model's matrix."""
+    from pti_cli.gpu_model import to_h16
+    return to_h16(t) if getattr(lin.w, "h16", False) else t
+
+
 def breakdown16(m, ops, S: int) -> dict:
     """The pass and its parts for S sequences of one row each, all at position 512 (the KV
     contents do not change the time)."""
@@ -105,14 +111,14 @@ def breakdown16(m, ops, S: int) -> dict:
 
     def matmuls():
         for w in m.w.layers:
-            w.wqkv(h, S)
-            w.wo(h, S)
-            w.wgu(h, S)
-            w.wdown(a, S)
-        m.w.output(h, S)
+            w.wqkv(feed(w.wqkv, h), S)
+            w.wo(feed(w.wo, h), S)
+            w.wgu(feed(w.wgu, h), S)
+            w.wdown(feed(w.wdown, a), S)
+        m.w.output(feed(m.w.output, h), S)
     out["matmuls_ms_s16"] = graph_time(matmuls)
-    for name, fn in (("qkv", lambda: lw.wqkv(h, S)), ("o", lambda: lw.wo(h, S)), ("gate_up", lambda: lw.wgu(h, S)),
-                     ("down", lambda: lw.wdown(a, S))):
+    for name, fn in (("qkv", lambda: lw.wqkv(feed(lw.wqkv, h), S)), ("o", lambda: lw.wo(feed(lw.wo, h), S)),
+                     ("gate_up", lambda: lw.wgu(feed(lw.wgu, h), S)), ("down", lambda: lw.wdown(feed(lw.wdown, a), S))):
         out[f"matmul_{name}_us_s16"] = graph_time(lambda: [fn() for _ in range(L)]) * 1e3 / L
     out["attention_rope_ms_s16"] = graph_time(lambda: [ops.attention(m, qkv, pos, slot, i, S, 1) for i in range(L)])
     out["norms_ms_s16"] = graph_time(lambda: [ops.add_norm(x, h, lw.attn_norm, sh.eps, torch.bfloat16)

@@ -78,6 +78,11 @@ class KernelMatrix:
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.packs)
 
+    @property
+    def h16(self) -> bool:
+        """Read by the h16 kernels: f16 inputs holding a bf16 model's activations (repack.py)."""
+        return self.packs[0].code == "h16"
+
 
 @functools.lru_cache(maxsize=8)
 def _overrides(spec: str) -> dict[str, str]:
@@ -143,17 +148,18 @@ class Epilogue:
     g: list = field(default_factory=list)
     invo: list = field(default_factory=list)
     no_inv_ctas: bool = False
+    h16: bool = False   # a launch of an h16 model: norm parts and gate/up outputs h16 (pti_kernel.hip)
 
     def rows(self, lo: int, hi: int) -> "Epilogue":
         cut = lambda ts: [t[lo:hi] for t in ts]   # noqa: E731
         return Epilogue(self.ng, self.eps, cut(self.pin), cut(self.inv), cut(self.uo), cut(self.po), list(self.g),
-                        cut(self.invo), self.no_inv_ctas)
+                        cut(self.invo), self.no_inv_ctas, self.h16)
 
     def twin(self, i: int) -> "Epilogue":
         """The epilogue of the launch's i-th twin alone."""
         one = lambda ts: ts[i:i + 1]   # noqa: E731
         return Epilogue(self.ng, self.eps, one(self.pin), one(self.inv), one(self.uo), one(self.po), one(self.g),
-                        one(self.invo), self.no_inv_ctas)
+                        one(self.invo), self.no_inv_ctas, self.h16)
 
     def inv_form(self) -> bool:
         """Whether the launch takes the kernels' inv CTAs' form ("_i1": inv slots to fill or set pending)."""
@@ -165,12 +171,14 @@ class Epilogue:
             return 0
         return -(-sum(t.shape[0] for t in self.pin) // 8)
 
-    def args(self) -> tuple[tuple, tuple]:
+    def args(self, bf16_out: bool = False) -> tuple[tuple, tuple]:
+        """The kernels' epilogue arguments; bf16_out: an h16 matrix's launch, whose plain outputs are
+        bf16 (PtiArgs.h16, bit 1; bit 0 is self.h16)."""
         def two(ts):
             return tuple(t.data_ptr() for t in ts) + (0,) * (2 - len(ts))
         vals = (two(self.pin) + (self.ng, float(self.eps)) + two(self.inv) + two(self.uo) + two(self.po)
-                + two(self.g) + two(self.invo) + (self.inv_ctas(),))
-        return vals, (ctypes.c_void_p,) * 2 + (ctypes.c_int, ctypes.c_float) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)
+                + two(self.g) + two(self.invo) + (self.inv_ctas(), int(self.h16) | 2 * int(bf16_out)))
+        return vals, (ctypes.c_void_p,) * 2 + (ctypes.c_int, ctypes.c_float) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 2
 
 
 class KernelBackend(Backend):
@@ -201,21 +209,32 @@ class KernelBackend(Backend):
         ids = TWIN_IDS[twins]
         if ssq.identical or ssq.mode != 16:
             q, d = ssq.q8(name, 0)
-            pack = repack_q8(self._dev(q, torch.int8), self._dev(d, torch.float16), cols)
+            pack = repack_q8(self._dev(q, torch.int8), self._dev(d, torch.float16), cols, self.code())
             return KernelMatrix([pack], {0: 0, 1: 0}, rows, cols, True)
         raw = self._dev(ssq.raw(name), torch.uint8)
-        packs = repack_ssq16(raw, cols, twins)
+        packs = repack_ssq16(raw, cols, twins, self.code())
         return KernelMatrix(packs, {t: i for i, t in enumerate(ids)}, rows, cols, False)
 
     def glu_ok(self, rows: int) -> bool:
         """Whether a fused gate/up matrix of `rows` rows can take the silu(gate) * up epilogue."""
         return not self.generic and self.kind == "cuda" and rows % 16 == 0 and self.act_dtype == torch.bfloat16
 
+    def code(self, h16: bool = False) -> str:
+        """The weights' encoding (repack.CODES) for this backend's activations, or for h16 inputs."""
+        if h16 and not self.h16_ok():
+            raise PtiError(f"the {self.kind} backend has no h16 kernels (CUDA tensor-core kernels, bf16 activations)")
+        return "h16" if h16 else "bf16" if self.act_dtype == torch.bfloat16 else "f16"
+
+    def h16_ok(self) -> bool:
+        """Whether a bf16 model's matmuls may take h16 inputs (kernels/pti_kernel.hip, pti_bf16_to_h16)."""
+        return self.epilogue_ok() and self.act_dtype == torch.bfloat16
+
     def weight_from_q8(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], cols: int | None = None,
-                       glu: bool = False) -> KernelMatrix:
+                       glu: bool = False, h16: bool = False) -> KernelMatrix:
         """One or two (int8 [N, K or nb*32], float16 [N, nb]) Q8_0 matrices (twins A, B) on any
         device; `cols` is the logical K when the int8 rows are padded to whole blocks.
-        glu: the rows are [gate F | up F] and matmuls return bf16 silu(gate) * up [M, F]."""
+        glu: the rows are [gate F | up F] and matmuls return silu(gate) * up [M, F] (bf16, or h16
+        with h16).  h16: the matmuls take h16 inputs (f16 tensors; pti_bf16_to_h16)."""
         rows, cols = pairs[0][0].shape[0], cols or pairs[0][0].shape[1]
         if glu and not self.glu_ok(rows):
             raise PtiError(f"the {self.kind} backend cannot fuse SiLU into a {rows}-row gate/up matrix")
@@ -226,7 +245,7 @@ class KernelBackend(Backend):
             q = q.to(self.device)
             if q.shape[1] % 32:
                 q = torch.nn.functional.pad(q, (0, 32 - q.shape[1] % 32))
-            packs.append(repack_q8(q.contiguous(), d.to(self.device, torch.float16).contiguous(), cols))
+            packs.append(repack_q8(q.contiguous(), d.to(self.device, torch.float16).contiguous(), cols, self.code(h16)))
         plane = {0: 0, 1: 0} if len(packs) == 1 else {0: 0, 1: 1}
         return KernelMatrix(packs, plane, rows, cols, len(packs) == 1, glu=glu)
 
@@ -263,17 +282,23 @@ class KernelBackend(Backend):
     def _out(self, x: torch.Tensor, w: KernelMatrix, out_dtype, out: torch.Tensor | None = None) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != w.cols:
             raise PtiError(f"matmul: activations {tuple(x.shape)} do not match a {w.rows}x{w.cols} matrix")
-        if x.dtype != self.act_dtype or x.device != self.device:
-            raise PtiError(f"matmul: activations must be {self.act_dtype} on {self.device}, got {x.dtype} on {x.device}")
+        if x.dtype != self.in_dtype(w) or x.device != self.device:
+            raise PtiError(f"matmul: activations must be {self.in_dtype(w)} on {self.device}, got {x.dtype} on {x.device}")
         n = w.rows // 2 if w.glu else w.rows
-        dtypes = (x.dtype,) if w.glu else (x.dtype, torch.float32)
+        # an h16 matrix gives bf16 (the model's activations) or float32; a gate/up gives the activations'
+        # type, or h16 (float16) for an h16 matrix after it (Epilogue.h16)
+        dtypes = (self.act_dtype, torch.float16) if w.glu else (self.act_dtype, torch.float32)
         if out is not None:
             if out.shape != (x.shape[0], n) or not out.is_contiguous() or out.dtype not in dtypes:
                 raise PtiError(f"matmul: out must be a contiguous [{x.shape[0]}, {n}] tensor of {' or '.join(map(str, dtypes))}")
             return out
         if out_dtype not in (None,) + dtypes:
             raise PtiError(f"matmul: output dtype must be {' or '.join(map(str, dtypes))}, not {out_dtype}")
-        return torch.empty(x.shape[0], n, dtype=out_dtype or x.dtype, device=self.device)
+        return torch.empty(x.shape[0], n, dtype=out_dtype or dtypes[0], device=self.device)
+
+    def in_dtype(self, w: KernelMatrix) -> torch.dtype:
+        """What w's matmuls take: the backend's activations, or f16 (h16) for an h16 matrix."""
+        return torch.float16 if w.h16 else self.act_dtype
 
     def _run(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor], glu: bool = False,
              epi: Epilogue | None = None) -> None:
@@ -305,7 +330,7 @@ class KernelBackend(Backend):
         """Whether one twin's m rows through w go in one launch of a kernel that has the inv CTAs'
         form (more than 8 rows, at most MAX_ROWS, the policy's variant; not the HIP kernels)."""
         return (self.epilogue_ok() and 8 < m <= MAX_ROWS
-                and self.kernel_name(1, m, self.act_dtype, out, rows=w.rows, glu=glu, inv_form=True) in self.funcs)
+                and self.kernel_name(1, m, self.in_dtype(w), out, rows=w.rows, glu=glu, inv_form=True) in self.funcs)
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor],
                     epi: Epilogue | None = None):
@@ -331,7 +356,9 @@ class KernelBackend(Backend):
         types = (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 8
         extra = 0
         if name.startswith("pti_mm_"):   # the tensor-core kernels' epilogue arguments
-            ev, et = (epi or Epilogue(0)).args()
+            if "_glu_" in name and (ys[0].dtype == torch.float16) != bool(epi is not None and epi.h16):
+                raise PtiError(f"{name}: silu(gate) * up comes out as h16 (float16) exactly when the epilogue says h16")
+            ev, et = (epi or Epilogue(0)).args(bf16_out=p0.code == "h16")
             vals, types = vals + ev, types + et
             extra = epi.inv_ctas() if epi is not None else 0   # in front of the matmul's CTAs
             if epi is not None and epi.inv_form() != name.endswith("_i1"):
@@ -365,7 +392,7 @@ class KernelBackend(Backend):
         if not self.epilogue_ok():
             raise PtiError(f"the {self.kind} backend's kernels have no norm epilogue")
         for x, y in zip(xs, ys):
-            if x.shape[0] != y.shape[0] or x.shape[1] != w.cols or not y.is_contiguous() or x.dtype != self.act_dtype:
+            if x.shape[0] != y.shape[0] or x.shape[1] != w.cols or not y.is_contiguous() or x.dtype != self.in_dtype(w):
                 raise PtiError(f"matmul_epi: rows {tuple(x.shape)} -> {tuple(y.shape)} do not fit a {w.rows}x{w.cols} matrix")
         if len(twins) == 2 and max(x.shape[0] for x in xs) > TWIN_KERNEL_MAX_ROWS:   # as matmul_twins
             for i in range(2):
@@ -465,8 +492,8 @@ class CudaBackend(KernelBackend):
             if not self.generic:
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
                           for v in all_variants()]
-                names += [f"pti_mm_bf16_glu_{v}" for v in all_variants()]
-                names += [f"pti_mm_{t}_{v}_i1" for t in ("bf16_f32", "bf16_out", "bf16_glu", "f16_f32", "f16_out")
+                names += [f"pti_mm_{a}_glu_{v}" for a in ("bf16", "f16") for v in all_variants()]
+                names += [f"pti_mm_{t}_{v}_i1" for t in ("bf16_f32", "bf16_out", "bf16_glu", "f16_f32", "f16_out", "f16_glu")
                           for v in INV_VARIANTS]
             carveout = mm_carveout()
             for n in names:

@@ -4,13 +4,17 @@ The file keeps its format (34-byte Q8_0 blocks, 68-byte SSQ16 blocks, neither
 16-byte aligned).  In memory each twin becomes two arrays (docs/ssq-format.md,
 "In-memory layout for the kernels"):
 
-  q  int8  [G, nb, 32, 16]  sign-magnitude bytes (bit 7 sign, bits 0-6 |w|; the
-                            kernels turn them into bf16/f16 in 3 cheap ops);
+  q  int8  [G, nb, 32, 16]  for the bf16 kernels sign-magnitude bytes (bit 7 sign,
+                            bits 0-6 |w|), for the f16 kernels offset binary
+                            (w + 128): what each turns into its MMA's type in
+                            the fewest instructions (kernels/pti_kernel.hip);
                             G = row groups of 16 rows (rows padded to a multiple
                             of 32 with zeros); for group r, block b, lane 4g+t:
                             bytes 0-7 = row 16r+g, columns 32b+8t .. 32b+8t+7,
                             bytes 8-15 = row 16r+g+8, the same columns
-  s  int32 [G, nb, 8]       f16 scale of row 16r+g (low half) and 16r+g+8 (high)
+  s  int32 [G, nb, 8]       f16 scale of row 16r+g (low half) and 16r+g+8 (high);
+                            times 2^H16_SHIFT for the h16 kernels (f16 inputs
+                            holding a bf16 model's activations times 2^-H16_SHIFT)
 
 A warp's 16-byte loads of one (group, block) are 512 contiguous bytes and are
 the MMA operands as they are.  All functions work on torch tensors, on the CPU
@@ -27,6 +31,8 @@ import torch
 from ..errors import PtiError
 
 ROW_ALIGN = 32        # rows padded so that kernels may take 2 row groups per CTA
+H16_SHIFT = 4         # = PTI_H16_SHIFT in kernels/pti_kernel.hip, H16_SHIFT in kernels/pti_ops.hip
+CODES = ("bf16", "f16", "h16")   # which kernels read a Packed: the bytes' and the scales' encoding
 SSQ16_BLOCK = 68
 Q8_BLOCK = 34
 
@@ -38,6 +44,7 @@ class Packed:
     s: torch.Tensor   # int32 [G, nb, 8]
     rows: int         # N, logical
     cols: int         # K, logical
+    code: str = "bf16"   # CODES: bf16 (sign-magnitude), f16 (offset binary), h16 (offset binary, scales x 2^H16_SHIFT)
 
     @property
     def nbytes(self) -> int:
@@ -63,8 +70,16 @@ def from_sign_magnitude(e: torch.Tensor) -> torch.Tensor:
     return torch.where(e16 >= 128, 128 - e16, e16).to(torch.int8)
 
 
-def repack_q8(qs: torch.Tensor, d: torch.Tensor, cols: int) -> Packed:
-    """int8 [N, nb*32] and float16 [N, nb] (Q8_0 rows, as `SSQFile.q8`) -> Packed."""
+def to_offset_binary(q: torch.Tensor) -> torch.Tensor:
+    """int8 two's complement <-> int8 holding w + 128 (bit 7 flipped: its own inverse)."""
+    return (q.view(torch.uint8) ^ 0x80).view(torch.int8)
+
+
+def repack_q8(qs: torch.Tensor, d: torch.Tensor, cols: int, code: str = "bf16") -> Packed:
+    """int8 [N, nb*32] and float16 [N, nb] (Q8_0 rows, as `SSQFile.q8`) -> Packed for the kernels
+    that `code` names (CODES)."""
+    if code not in CODES:
+        raise PtiError(f"repack: no encoding {code!r} (one of {', '.join(CODES)})")
     if qs.dtype != torch.int8 or d.dtype != torch.float16 or qs.dim() != 2 or d.dim() != 2:
         raise PtiError("repack: expected int8 [rows, nb*32] weights and float16 [rows, nb] scales")
     n, kp = qs.shape
@@ -77,17 +92,25 @@ def repack_q8(qs: torch.Tensor, d: torch.Tensor, cols: int) -> Packed:
         d = torch.cat([d, d.new_zeros(npad - n, nb)])
     g = npad // 16
     # [G, h, g, nb, t, kk] -> [G, nb, g, t, h, kk]: lane = 4g + t, byte = 8h + kk
-    q = to_sign_magnitude(qs).reshape(g, 2, 8, nb, 4, 8).permute(0, 3, 2, 4, 1, 5).reshape(g, nb, 32, 16).contiguous()
+    if code == "h16":
+        d = d * (1 << H16_SHIFT)   # exact (a power of two) unless it leaves f16's range
+        if not bool(torch.isfinite(d).all()):
+            raise PtiError(f"repack: a Q8_0 scale times {1 << H16_SHIFT} is past float16's range")
+    qs = to_sign_magnitude(qs) if code == "bf16" else to_offset_binary(qs)
+    q = qs.reshape(g, 2, 8, nb, 4, 8).permute(0, 3, 2, 4, 1, 5).reshape(g, nb, 32, 16).contiguous()
     # [G, h, g, nb] -> [G, nb, g, h]: one int32 word per g, row g in the low half
     s = d.reshape(g, 2, 8, nb).permute(0, 3, 2, 1).contiguous().view(torch.int16).view(torch.int32)
-    return Packed(q, s.reshape(g, nb, 8), n, cols)
+    return Packed(q, s.reshape(g, nb, 8), n, cols, code)
 
 
 def unpack_q8(p: Packed) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed -> (int8 [N, nb*32], float16 [N, nb]): the inverse of repack_q8."""
     g, nb = p.q.shape[:2]
-    qs = from_sign_magnitude(p.q).reshape(g, nb, 8, 4, 2, 8).permute(0, 4, 2, 1, 3, 5).reshape(g * 16, nb * 32)
+    qs = from_sign_magnitude(p.q) if p.code == "bf16" else to_offset_binary(p.q)
+    qs = qs.reshape(g, nb, 8, 4, 2, 8).permute(0, 4, 2, 1, 3, 5).reshape(g * 16, nb * 32)
     d = p.s.contiguous().view(torch.int16).view(torch.float16).reshape(g, nb, 8, 2).permute(0, 3, 2, 1)
+    if p.code == "h16":
+        d = d / (1 << H16_SHIFT)
     return qs[: p.rows].contiguous(), d.reshape(g * 16, nb)[: p.rows].contiguous()
 
 
@@ -127,14 +150,14 @@ def join_ssq16(qa: torch.Tensor, da: torch.Tensor, qb: torch.Tensor, db: torch.T
     return torch.cat([scales, words], dim=2).reshape(n, nb * SSQ16_BLOCK)
 
 
-def repack_ssq16(raw: torch.Tensor, cols: int, twins: str = "ab") -> list[Packed]:
+def repack_ssq16(raw: torch.Tensor, cols: int, twins: str = "ab", code: str = "bf16") -> list[Packed]:
     """SSQ16 rows -> one Packed per requested twin ('a', 'b' or 'ab')."""
     qa, da, qb, db = split_ssq16(raw)
     out = []
     if "a" in twins:
-        out.append(repack_q8(qa, da, cols))
+        out.append(repack_q8(qa, da, cols, code))
     if "b" in twins:
-        out.append(repack_q8(qb, db, cols))
+        out.append(repack_q8(qb, db, cols, code))
     return out
 
 

@@ -52,7 +52,7 @@ def load(backend, mats, k):
     from pti_cli.backends.cuda import KernelMatrix
     from pti_cli.backends.repack import repack_ssq16
     raw = join_ssq16(qa, da, qb, db).cuda()
-    return KernelMatrix(repack_ssq16(raw, k), {0: 0, 1: 1}, qa.shape[0], k, False)
+    return KernelMatrix(repack_ssq16(raw, k, code=backend.code()), {0: 0, 1: 1}, qa.shape[0], k, False)
 
 
 def check_close(y, x, q, d, k):

@@ -148,13 +148,16 @@ def poisoned_scaled(backend, lin, u, p, n_a, slots):
     return y
 
 
-def test_norm_parts_kernel_matches_torch(ops):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_norm_parts_kernel_matches_torch(ops, dtype):
+    """bf16 u, or h16 (float16: gpu_model.to_h16, tiny and huge values included), as torch gives them."""
     for d, twins in ((4096, 1), (1000, 2), (576, 2)):
         x = torch.randn(6, d, generator=GEN).to(DEV)
+        x[0, :8] = torch.tensor([1e-9, -3e-6, 2e-5, 7e5, -1e6, 2e6, 0.0, -0.0])
         g = norm_weights(twins, d)
-        u, p = ops.norm_parts(x, g, 3, torch.bfloat16)
-        u_t, p_t = norm_parts(x, g, 3, torch.bfloat16)
-        assert torch.equal(u.view(torch.int16), u_t.view(torch.int16))
+        u, p = ops.norm_parts(x, g, 3, dtype)
+        u_t, p_t = norm_parts(x, g, 3, dtype)
+        assert u.dtype == dtype and torch.equal(u.view(torch.int16), u_t.view(torch.int16))
         assert p.shape == (6, -(-d // 16)) and torch.allclose(p, p_t, rtol=1e-5)
 
 
