@@ -18,7 +18,7 @@ import torch
 
 from pti_cli.bench import build_model, measure_read_bandwidth
 from pti_cli.bench_kernels import time_graph
-from pti_cli.gpu_model import SeqRows, TorchOps
+from pti_cli.gpu_model import SeqRows, TorchOps, to_h16
 from pti_cli.gpu_ops import CudaOps, kernel_backend
 
 
@@ -45,14 +45,15 @@ def main() -> None:
     m.ops = ops
     h = torch.randn(1, sh.dim, device=dev).bfloat16()
     a = torch.randn(1, sh.ffn, device=dev).bfloat16()
+    hh, ah = to_h16(h), to_h16(a)   # what an h16 matrix takes (converted once, outside the timing)
 
     def matmuls():
         for lw in m.w.layers:
-            lw.wqkv(feed(lw.wqkv, h), 1)
-            lw.wo(feed(lw.wo, h), 1)
-            lw.wgu(feed(lw.wgu, h), 1)
-            lw.wdown(feed(lw.wdown, a), 1)
-        m.w.output(feed(m.w.output, h), 1)
+            lw.wqkv(pick(lw.wqkv, h, hh), 1)
+            lw.wo(pick(lw.wo, h, hh), 1)
+            lw.wgu(pick(lw.wgu, h, hh), 1)
+            lw.wdown(pick(lw.wdown, a, ah), 1)
+        m.w.output(pick(m.w.output, h, hh), 1)
     out["matmuls_ms"] = graph_time(matmuls)
     out["matmul_floor_ms"] = m.w.matrix_bytes() / bw["best"] * 1e3
     x = torch.randn(1, sh.dim, device=dev)
@@ -88,10 +89,9 @@ def main() -> None:
             json.dump(out, f, indent=1)
 
 
-def feed(lin, t: torch.Tensor) -> torch.Tensor:
-    """t as the matrix takes it: bf16, or h16 (gpu_model.to_h16) for an h16 model's matrix."""
-    from pti_cli.gpu_model import to_h16
-    return to_h16(t) if getattr(lin.w, "h16", False) else t
+def pick(lin, t: torch.Tensor, t16: torch.Tensor) -> torch.Tensor:
+    """The inputs the matrix takes: bf16 t, or t16 = gpu_model.to_h16(t) for an h16 matrix."""
+    return t16 if getattr(lin.w, "h16", False) else t
 
 
 def breakdown16(m, ops, S: int) -> dict:
@@ -109,16 +109,19 @@ def breakdown16(m, ops, S: int) -> dict:
     lw = m.w.layers[0]
     out = {"pass_fused_ms_s16": graph_time(lambda: m.forward(tok, pos, slot, S, 1, S))}
 
+    hh, ah = to_h16(h), to_h16(a)
+
     def matmuls():
         for w in m.w.layers:
-            w.wqkv(feed(w.wqkv, h), S)
-            w.wo(feed(w.wo, h), S)
-            w.wgu(feed(w.wgu, h), S)
-            w.wdown(feed(w.wdown, a), S)
-        m.w.output(feed(m.w.output, h), S)
+            w.wqkv(pick(w.wqkv, h, hh), S)
+            w.wo(pick(w.wo, h, hh), S)
+            w.wgu(pick(w.wgu, h, hh), S)
+            w.wdown(pick(w.wdown, a, ah), S)
+        m.w.output(pick(m.w.output, h, hh), S)
     out["matmuls_ms_s16"] = graph_time(matmuls)
-    for name, fn in (("qkv", lambda: lw.wqkv(feed(lw.wqkv, h), S)), ("o", lambda: lw.wo(feed(lw.wo, h), S)),
-                     ("gate_up", lambda: lw.wgu(feed(lw.wgu, h), S)), ("down", lambda: lw.wdown(feed(lw.wdown, a), S))):
+    for name, fn in (("qkv", lambda: lw.wqkv(pick(lw.wqkv, h, hh), S)), ("o", lambda: lw.wo(pick(lw.wo, h, hh), S)),
+                     ("gate_up", lambda: lw.wgu(pick(lw.wgu, h, hh), S)),
+                     ("down", lambda: lw.wdown(pick(lw.wdown, a, ah), S))):
         out[f"matmul_{name}_us_s16"] = graph_time(lambda: [fn() for _ in range(L)]) * 1e3 / L
     out["attention_rope_ms_s16"] = graph_time(lambda: [ops.attention(m, qkv, pos, slot, i, S, 1) for i in range(L)])
     out["norms_ms_s16"] = graph_time(lambda: [ops.add_norm(x, h, lw.attn_norm, sh.eps, torch.bfloat16)

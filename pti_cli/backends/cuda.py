@@ -148,7 +148,7 @@ class Epilogue:
     g: list = field(default_factory=list)
     invo: list = field(default_factory=list)
     no_inv_ctas: bool = False
-    h16: bool = False   # a launch of an h16 model: norm parts and gate/up outputs h16 (pti_kernel.hip)
+    h16: bool = False   # the norm parts (uo) or silu(gate) * up come out as h16, for an h16 matrix after it
 
     def rows(self, lo: int, hi: int) -> "Epilogue":
         cut = lambda ts: [t[lo:hi] for t in ts]   # noqa: E731

@@ -7,29 +7,18 @@ random data; outputs poisoned first."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from pti_cli.gpu_model import make_linear, norm_parts, to_h16
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_norm_gpu import DEV, GEN, ops, rand_q8  # noqa: E402,F401  (ops: the module's CudaOps fixture)
+
 pytestmark = pytest.mark.gpu
-
-GEN = torch.Generator(device="cpu")
-GEN.manual_seed(int(torch.randint(0, 1 << 30, (1,)).item()))
-DEV = torch.device("cuda")
-
-
-@pytest.fixture(scope="module")
-def ops():
-    from pti_cli.gpu_ops import CudaOps
-    return CudaOps(DEV)
-
-
-def rand_q8(n: int, k: int):
-    nb = -(-k // 32)
-    q = torch.randint(-127, 128, (n, k), generator=GEN, dtype=torch.int8)
-    d = ((torch.rand(n, nb, generator=GEN) * 4 + 1) / (127 * k ** 0.5)).half()
-    return q.to(DEV), d.to(DEV)
 
 
 def in_range(m: int, k: int, scale: float = 1.0) -> torch.Tensor:
@@ -111,9 +100,6 @@ def test_h16_model_against_the_bf16_model(backend, ops, monkeypatch, roles):
     attention's output matrix never, and the logits are the bf16 model's to within what rounding the
     activations below h16's exact range (under 2^-13, held to 2^-21) moves, in prefill rows (eager)
     and a decode row (graph), both twins."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_gpu_model import SHAPE, gpu_model, prompt, rel_err
     from pti_cli.gpu_model import H16_ROLES, SeqRows
 
