@@ -78,14 +78,15 @@ def read_bandwidth(backend, nbytes: int = 8 << 30) -> dict:
 
 
 def random_packs(backend, n: int, k: int, copies: int):
-    """`copies` random matrices directly in the kernels' layout (random bytes are valid Q8 data)."""
+    """`copies` random matrices directly in the kernels' layout (random bytes are valid Q8 data in
+    either encoding)."""
     from .backends.repack import Packed, _padded_rows
     g, nb = _padded_rows(n) // 16, -(-k // 32)
     out = []
     for _ in range(copies):
         q = torch.randint(-127, 128, (g, nb, 32, 16), dtype=torch.int8, device=backend.device)
         d = (torch.rand(g, nb, 8, 2, device=backend.device) * 1e-3 + 1e-4).half()
-        out.append(Packed(q, d.view(torch.int32).reshape(g, nb, 8), n, k))
+        out.append(Packed(q, d.view(torch.int32).reshape(g, nb, 8), n, k, backend.code()))
     return out
 
 
@@ -128,9 +129,14 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
     return rows
 
 
-def bench_kernels(shapes=SHAPES, ms=MS, kinds=("q8", "ssq16"), variants=(None,)) -> dict:
+ACTS = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def bench_kernels(shapes=SHAPES, ms=MS, kinds=("q8", "ssq16"), variants=(None,), act: str = "bf16") -> dict:
+    """act: the activations' type, bf16 or f16 (the kernels of an h16 matrix: f16 inputs, offset-binary
+    weights; their bf16 outputs cost the same)."""
     from .backends.cuda import CudaBackend
-    backend = CudaBackend()
+    backend = CudaBackend(act_dtype=ACTS[act])
     bw = read_bandwidth(backend)
     rows = []
     for n, k in shapes:
@@ -139,7 +145,7 @@ def bench_kernels(shapes=SHAPES, ms=MS, kinds=("q8", "ssq16"), variants=(None,))
                 if v is not None and not v.startswith("t2" if kind == "ssq16" else "t1"):
                     continue
                 rows += bench_shape(backend, kind, n, k, ms, bw["denominator"], v)
-    return {"device": torch.cuda.get_device_name(backend.device), "arch": backend.arch,
+    return {"device": torch.cuda.get_device_name(backend.device), "arch": backend.arch, "act": act,
             "compiler": backend.compiled.compiler, "bandwidth": bw, "rows": [asdict(r) for r in rows]}
 
 
@@ -148,7 +154,7 @@ def print_table(res: dict) -> None:
     from rich.table import Table
     bw = res["bandwidth"]
     con = Console()
-    con.print(f"{res['device']} ({res['arch']}, {res['compiler']}): read bandwidth torch sum "
+    con.print(f"{res['device']} ({res['arch']}, {res['compiler']}, {res.get('act', 'bf16')} activations): read bandwidth torch sum "
               f"{bw['torch_sum'] / 1e9:.0f} GB/s, stream kernel {bw['stream_kernel'] / 1e9:.0f} GB/s; "
               f"denominator {bw['denominator'] / 1e9:.0f} GB/s")
     t = Table("kind", "N x K", "M", "kernel", "us", "GB/s", "% of bw", "t/t(M=1)")
@@ -158,10 +164,13 @@ def print_table(res: dict) -> None:
     con.print(t)
 
 
-def bench_kernels_cli(json_out: Path | None = None, variants: str | None = None) -> None:
+def bench_kernels_cli(json_out: Path | None = None, variants: str | None = None, act: str = "bf16") -> None:
+    if act not in ACTS:
+        raise PtiError(f"--kernel-act takes {' or '.join(ACTS)}, not {act!r}")
     if not torch.cuda.is_available():
         raise PtiError("pti bench --kernels needs an NVIDIA GPU and none is visible to torch")
-    res = bench_kernels(variants=tuple(None if v == "default" else v for v in variants.split(",")) if variants else (None,))
+    res = bench_kernels(variants=tuple(None if v == "default" else v for v in variants.split(",")) if variants else (None,),
+                        act=act)
     print_table(res)
     if json_out is not None:
         json_out.write_text(json.dumps(res, indent=1))

@@ -100,11 +100,12 @@ def bench(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write tok/s against sequences, with the ceiling, to this PNG."),
     kernels: bool = typer.Option(False, "--kernels", help="Instead: time the matmul kernels (Q8, SSQ16) against the card's read bandwidth."),
     kernel_variants: Optional[str] = typer.Option(None, "--kernel-variants", help="With --kernels: kernel variants to compare, comma-separated (e.g. t1_r1_m1_u8,t1_r2_m1_u4)."),
+    kernel_act: str = typer.Option("bf16", "--kernel-act", help="With --kernels: the activations, bf16 or f16 (the kernels of the h16 matrices)."),
 ):
     """Decode speed against the memory-bandwidth ceiling (model level), or the kernels alone (--kernels)."""
     if kernels:
         from .bench_kernels import bench_kernels_cli
-        return bench_kernels_cli(json_out=json_out, variants=kernel_variants)
+        return bench_kernels_cli(json_out=json_out, variants=kernel_variants, act=kernel_act)
     from .bench import bench_cli
     bench_cli(synthetic, seqs=seqs, spec=spec, twins=twins, prompt_len=prompt_len, gen=gen, repeats=repeats,
               device=device, json_out=json_out, plot=plot, accept_trace=accept_trace, ops=ops, backend=backend)

@@ -206,7 +206,7 @@ def test_cli(tmp_path):
     assert [r["seqs"] for r in d["rows"]] == [1, 2] and d["command"].startswith("pti bench")
     assert "ceiling" in p.stdout
     for bad in (["--synthetic", "tiny", "--seqs", "0"], ["--synthetic", "huge"], ["--synthetic", "tiny", "--twins", "c"],
-                ["--seqs", "1"]):
+                ["--seqs", "1"], ["--kernels", "--kernel-act", "int4"], ["--kernels"]):   # (no GPU here)
         p = run_cli(*bad)
         assert p.returncode == 2 and p.stderr.count("\n") == 1 and p.stderr.startswith("pti: error:"), (bad, p.stderr)
 

@@ -63,16 +63,26 @@ def test_main_readme_quotes_the_8b_run():
     assert markdown_table(d) in README.read_text()
 
 
-def test_main_readme_kernel_range_matches_the_kernel_json():
-    """The README's kernel range: the best variant per matrix and kind at one row, lowest and highest."""
-    d = json.loads(sorted(BENCH.glob("kernels_h200_*.json"))[-1].read_text())   # the latest run
+def _kernel_range(d: dict, m: int = 1) -> tuple[float, float]:
+    """The best variant per matrix and kind at m rows: lowest and highest % of the read bandwidth."""
     best: dict[tuple, float] = {}
     for r in d["rows"]:
-        if r["m"] == 1:
+        if r["m"] == m:
             key = (r["kind"], r["n"], r["k"])
             best[key] = max(best.get(key, 0.0), r["pct"])
-    lo, hi = min(best.values()), max(best.values())
-    assert f"{lo:.1f}% to {hi:.1f}% of the read bandwidth at one row" in README.read_text()
+    return min(best.values()), max(best.values())
+
+
+@pytest.mark.parametrize("act", ["bf16", "f16"])
+def test_main_readme_kernel_range_matches_the_kernel_json(act):
+    """The README's kernel ranges at one row, of the latest kernel table of each activation type
+    (`pti bench --kernels --kernel-act`; tables before the option were bf16)."""
+    runs = [json.loads(p.read_text()) for p in sorted(BENCH.glob("kernels_h200_*.json"))]
+    d = [r for r in runs if r.get("act", "bf16") == act][-1]   # the latest run
+    lo, hi = _kernel_range(d)
+    text = " ".join(README.read_text().split())
+    tail = "" if act == "bf16" else " with f16 activations"
+    assert f"{lo:.1f}% to {hi:.1f}% of the read bandwidth at one row{tail}" in text
 
 
 def test_main_readme_bandwidth_math_quotes_the_8b_run():
