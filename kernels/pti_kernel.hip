@@ -213,9 +213,9 @@ template <int TIN>
 __device__ __forceinline__ PtiCvt pti_cvt_masks(unsigned zero) {
     return {(TIN == 0 ? 0x807f807fu : 0xe480e480u) ^ zero, (TIN == 0 ? 0x43004300u : 0x64646464u) ^ zero, 0x80008000u ^ zero};
 }
-// LEAN: v from the mask and an immediate C (two LOP3s: ptxas folds the mask into the first),
-// one register fewer, for the variants of many row tiles, whose registers are the limit and over
-// whose tiles the conversion is shared.
+// LEAN: one register fewer, for variants whose registers are the limit (pti_lean): bf16, v from the
+// mask and an immediate C (two LOP3s: ptxas folds the mask into the first); f16, the exponent or-ed
+// in after the permute (3 instructions a pair instead of 2).
 template <int TIN, bool LEAN = false>
 __device__ __forceinline__ void pti_cvt4(unsigned w, unsigned& lo, unsigned& hi, const PtiCvt& k) {
     if (TIN == 1) {   // f16: offset-binary bytes (w + 128) under the exponent of 1024 give 1152 + w
@@ -227,8 +227,13 @@ __device__ __forceinline__ void pti_cvt4(unsigned w, unsigned& lo, unsigned& hi,
         const unsigned neg = 0xe480e480u;
 #endif
         unsigned p01, p23;
-        p01 = __byte_perm(w, 0x64646464u, 0x4140);   // bytes w0, 0x64, w1, 0x64
-        p23 = __byte_perm(w, 0x64646464u, 0x4342);
+        if (LEAN) {   // no constant in a register: bytes w0, 0, w1, 0, then the exponent or-ed in
+            p01 = __byte_perm(w, 0u, 0x4140) | 0x64006400u;
+            p23 = __byte_perm(w, 0u, 0x4342) | 0x64006400u;
+        } else {
+            p01 = __byte_perm(w, 0x64646464u, 0x4140);   // bytes w0, 0x64, w1, 0x64
+            p23 = __byte_perm(w, 0x64646464u, 0x4342);
+        }
         asm("add.rn.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(p01), "r"(neg));
         asm("add.rn.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(p23), "r"(neg));
         return;
@@ -362,7 +367,15 @@ extern "C" __global__ void __launch_bounds__(256) pti_row_inv_rows(const float* 
 // The arithmetic of one block (32 columns) for RG row groups of NTW twins and
 // MT tiles of 8 activation rows: two chained MMAs per (row group, tile), then
 // acc = fma(scale, block sum, acc).  Every kernel variant calls exactly this.
-template <int TIN, int NTW, int RG, int MT>
+// pti_cvt4's LEAN form: the bf16 variants of 4 or more row tiles (over which the conversion is shared),
+// the f16 ones of two or more tiles and one block a step (without it, the 64- and 80-register ones
+// spill a few bytes; docs/perf.md session 19).
+template <int TIN, int MT, int U>
+__device__ constexpr bool pti_lean() {
+    return TIN == 0 ? MT >= 4 : MT >= 2 && U == 1;
+}
+
+template <int TIN, int NTW, int RG, int MT, bool LEAN>
 __device__ __forceinline__ void pti_block(const uint4 (&wv)[NTW][RG], const unsigned (&sv)[NTW][RG],
                                           const uint4 (&xv)[NTW][MT], float* acc, const PtiCvt& k) {
 #pragma unroll
@@ -371,10 +384,10 @@ __device__ __forceinline__ void pti_block(const uint4 (&wv)[NTW][RG], const unsi
         for (int r = 0; r < RG; ++r) {
             const uint4 w = wv[tw][r];
             unsigned g01, g23, g45, g67, h01, h23, h45, h67;  // row g / row g+8
-            pti_cvt4<TIN, (MT >= 4)>(w.x, g01, g23, k);
-            pti_cvt4<TIN, (MT >= 4)>(w.y, g45, g67, k);
-            pti_cvt4<TIN, (MT >= 4)>(w.z, h01, h23, k);
-            pti_cvt4<TIN, (MT >= 4)>(w.w, h45, h67, k);
+            pti_cvt4<TIN, LEAN>(w.x, g01, g23, k);
+            pti_cvt4<TIN, LEAN>(w.y, g45, g67, k);
+            pti_cvt4<TIN, LEAN>(w.z, h01, h23, k);
+            pti_cvt4<TIN, LEAN>(w.w, h45, h67, k);
             const float d_lo = pti_f16_to_f32((unsigned short)(sv[tw][r] & 0xffffu));
             const float d_hi = pti_f16_to_f32((unsigned short)(sv[tw][r] >> 16));
 #pragma unroll
@@ -566,7 +579,7 @@ __device__ __forceinline__ void pti_step_guarded(const PtiArgs& a, int unit, int
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
-        if (b0 + 8 * u < a.nb) pti_block<TIN, NTW, RG, MT>(wv[u], sv[u], xv[u], acc, k);
+        if (b0 + 8 * u < a.nb) pti_block<TIN, NTW, RG, MT, pti_lean<TIN, MT, U>()>(wv[u], sv[u], xv[u], acc, k);
 }
 
 // The per-lane pointers of the unchecked main loop (weights, scales, activation
@@ -646,7 +659,7 @@ template <int TIN, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& st, float* acc,
                                                  const PtiCvt& k) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT>(st.w[u], st.s[u], st.x[u], acc, k);
+    for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT, pti_lean<TIN, MT, U>()>(st.w[u], st.s[u], st.x[u], acc, k);
 }
 
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
@@ -703,9 +716,9 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
     pti_pdl_wait();
     if (PF == 0) {
-        // The unroll is fixed (for bf16, what NVVM's size heuristic chose): left to it, the f16
-        // kernels' shorter steps were unrolled further, spilled and ran slower (docs/perf.md, session 19).
-#pragma unroll(TIN == 0 && U == 1 && MT <= 2 ? 2 : 1)
+        // The unroll is fixed (what NVVM's size heuristic chose for bf16): left to it, the f16 kernels'
+        // shorter steps were unrolled further, spilled and ran slower (docs/perf.md, session 19).
+#pragma unroll(U == 1 && MT <= 2 ? 2 : 1)
         for (int i = 0; i < nsteps; ++i) {
             PtiStep<NTW, RG, MT, U> C;
             pti_load_step<0, false>(C, p);

@@ -228,12 +228,12 @@ def residual(lin: Any, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: i
     return res
 
 
-# The matrices that take h16 inputs (to_h16) by default: the down projection, the one whose h16
-# kernels made the pass faster at one sequence and at 16 (docs/perf.md, session 19: QKV gained nothing,
-# gate/up and the head gained at one sequence and lost more at 16).  The attention's output matrix
-# never does (the attention writes bf16).
-H16_ROLES = ("down",)
+# The matrices that take h16 inputs (to_h16) by default: all that can (docs/perf.md, session 19: with
+# the 16-row f16 kernels in pti_cvt4's LEAN form, all four are as fast as the down projection alone
+# at 16 sequences and faster at one).  The attention's output matrix never does (the attention
+# writes bf16).
 ALL_H16_ROLES = ("qkv", "gu", "down", "head")
+H16_ROLES = ALL_H16_ROLES
 
 
 def h16_roles(backend: Any, shape: GpuShape) -> frozenset:

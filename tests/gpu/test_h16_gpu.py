@@ -121,3 +121,28 @@ def test_h16_model_against_the_bf16_model(backend, ops, monkeypatch, roles):
         for x, y in zip(lh, lb):
             assert torch.isfinite(x).all() and rel_err(x, y) < 2e-3, (step, rel_err(x, y))
         seqs = [SeqRows(s.slot, [int(y[-1].argmax())], 70, s.twin) for s, y in zip(seqs, lb)]
+
+
+@pytest.mark.parametrize("variant", ["t1_r1_m2_u1", "t1_r1_m2_u1_p1", "t1_r1_m2_u2_p1", "t1_r1_m4_u1"])
+def test_h16_16_row_variants_give_the_bf16_bits(backend, ops, monkeypatch, variant):
+    """Each 16- and 32-row variant of the policy forced on every width (PTI_VARIANTS), the matrices
+    above too small to pick the wide ones themselves: the h16 kernels' outputs are the bf16 kernels'
+    bits (the f16 variants of one block a step convert in pti_cvt4's LEAN form)."""
+    from pti_cli.backends.cuda import split_variant
+    limit = 16 if split_variant(variant)["m"] == 2 else 32
+    monkeypatch.setenv("PTI_VARIANTS", ";".join(f"1:{limit}:{w}={variant}" for w in "nwx"))
+    n, k = 1024, 1000
+    g = (torch.rand(k, generator=GEN) + 0.5).to(DEV)
+    for kind in ("out", "f32", "glu"):
+        pairs = [rand_q8(n, k)]
+        plain = make_linear(pairs, DEV, backend, out_f32=kind == "f32", glu=kind == "glu")
+        h16 = make_linear(pairs, DEV, backend, out_f32=kind == "f32", glu=kind == "glu", h16=(True, kind == "glu"))
+        for m in (limit - 3, limit):
+            x = in_range(m, k)
+            u, p = ops.norm_parts(x, g, m, torch.bfloat16)
+            uh, _ = ops.norm_parts(x, g, m, torch.float16)
+            want = plain.scaled(u, p, 1e-5, m)
+            got = h16.scaled(uh, p, 1e-5, m)
+            if kind == "glu":
+                want = to_h16(want.float())
+            assert torch.equal(bits(got), bits(want)), (kind, m)
