@@ -98,7 +98,7 @@ __device__ __forceinline__ void pti_store(void* y, pti_u64 i, float v, bool bf16
     else ((unsigned short*)y)[i] = TIN == 0 || bf16_out ? pti_f32_to_bf16(v) : pti_f32_to_f16(v);
 }
 
-// h16: how a bf16 model hands its matmuls their inputs (pti_cli/backends/cuda.py, H16_SHIFT): the f16
+// h16: how a bf16 model hands its matmuls their inputs (pti_cli/gpu_model.py to_h16): the f16
 // of the bf16 value times 2^-PTI_H16_SHIFT, exact for 2^-13 <= |v| < 2^20 (a bf16 value has 8
 // significant bits, an f16 11); the weights' scales carry 2^PTI_H16_SHIFT (repack.py), so the sums
 // are those of the bf16 inputs.  The f16 MMA's weights take 2 instructions per pair, the bf16 MMA's 4.
@@ -729,7 +729,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         // Two buffers, unrolled by two so that no registers are copied: step i+1's loads are
         // issued before step i is computed, so a warp always has a step in flight.  The loop
         // has no branches around loads; the last one or two steps are computed after it.
-        constexpr bool XF = NTW == 2 && U > 1 && TIN == 0;   // see pti_load_step
+        constexpr bool XF = NTW == 2 && U > 1 && TIN == 0;   // see pti_load_step (f16: spills with it)
         PtiStep<NTW, RG, MT, U> B;
         if (nsteps > 0) pti_load_x_step<0>(A, p);
         int i = 0;
