@@ -205,13 +205,14 @@ PTI_GENERIC(pti_mmg_f16_out_t2, 1, 1, 2)
 // caller (made from a kernel argument that is always 0).  A LOP3 takes one immediate, so
 // (p & mask) | C is one instruction only with the mask and C both in registers; written in C,
 // ptxas folds the mask's making into the AND and needs a second LOP3 for the OR (3 LOP3 per
-// pair of weights instead of 2: scripts/sass_mix.py counts them), hence the lop3 in PTX.
+// pair of weights instead of 2: scripts/sass_mix.py counts them), hence the lop3 in PTX.  The f16
+// conversion uses km only, holding -1152 in both halves (on sm_80: pti_cvt4).
 struct PtiCvt {
     unsigned km, c, ks;
 };
 template <int TIN>
 __device__ __forceinline__ PtiCvt pti_cvt_masks(unsigned zero) {
-    return {(TIN == 0 ? 0x807f807fu : 0xe480e480u) ^ zero, (TIN == 0 ? 0x43004300u : 0x64646464u) ^ zero, 0x80008000u ^ zero};
+    return {(TIN == 0 ? 0x807f807fu : 0xe480e480u) ^ zero, 0x43004300u ^ zero, 0x80008000u ^ zero};
 }
 // LEAN: one register fewer, for variants whose registers are the limit (pti_lean): bf16, v from the
 // mask and an immediate C (two LOP3s: ptxas folds the mask into the first); f16, the exponent or-ed

@@ -152,7 +152,7 @@ def test_to_h16_holds_bf16_values_exactly_in_its_range():
     assert h.dtype == torch.float16 and torch.equal(h.float() * 2.0 ** H16_SHIFT, b)
     tiny = torch.exp2(torch.empty(2000).uniform_(-30, -13.01, generator=g))
     err = (to_h16(tiny).double() * 2.0 ** H16_SHIFT - tiny.to(torch.bfloat16).double()).abs()
-    assert bool((err <= 2.0 ** -21).all()) and bool((to_h16(tiny) >= 0).all())
+    assert bool((err <= 2.0 ** -21).all())
     assert torch.isinf(to_h16(torch.tensor([2.0 ** 20 * 1.0001]))).all()   # past the range: inf, not a wrong finite
     x = torch.randn(3, 40, generator=g) * 10
     w = torch.randn(40, generator=g)
