@@ -1215,39 +1215,50 @@ INSTANTIATE_ATTN_ROPE_G(128, bf16_t, bf16)
 INSTANTIATE_ATTN_ROPE_G(64, float, f32)
 INSTANTIATE_ATTN_ROPE_G(128, float, f32)
 
-// The pass's first and last steps.  embed_bf16: x[m] = float32 of row tokens[m] of the
-// embedding table (Ea for the first n_a rows, twin A's; Eb for the rest); a token outside
-// [0, vocab) gives a NaN row, so it cannot pass unnoticed.  grid: rows, 256 threads.
-extern "C" __global__ void __launch_bounds__(256) embed_bf16(const bf16_t* __restrict__ Ea,
-        const bf16_t* __restrict__ Eb, const int* __restrict__ tokens, int n_a, int vocab, int d,
-        float* __restrict__ x) {
-    PDL_ENTRY();
-    int m = blockIdx.x, t = tokens[m];
-    const bf16_t* __restrict__ e = (m < n_a ? Ea : Eb) + (long)(t < 0 || t >= vocab ? 0 : t) * d;
-    bool ok = t >= 0 && t < vocab;
-    for (int i = threadIdx.x; i < d; i += blockDim.x)
-        x[(long)m * d + i] = ok ? bf2f(e[i]) : __int_as_float(0x7fc00000);
-}
-
-// The first layer's norm input, as a residual-writing matmul leaves it for the next
-// (kernels/pti_kernel.hip, PtiArgs): u[m] = bf16(x[m] * g) (ga for the first n_a rows, gb
-// after; h16: as pti_kernel.hip's h16, the f16 of that value times 2^-H16_SHIFT) and p[m][j] = the
-// sum of x^2 over columns 16j..16j+15, in column order.  x: the float32 rows embed_bf16 wrote.
-// grid: rows, 256 threads, a thread per group of 16 columns.
+// The pass's first and last steps.  embed_norm: with tokens, x[m] = float32 of row tokens[m] of
+// the embedding table (Ea for the first n_a rows, twin A's; Eb for the rest; a token outside
+// [0, vocab) gives a NaN row, so it cannot pass unnoticed); without, x is read.  With g (ga for
+// the first n_a rows, gb after), the first layer's norm input, as a residual-writing matmul
+// leaves it for the next (kernels/pti_kernel.hip, PtiArgs): u[m] = bf16(x[m] * g) (h16: as
+// pti_kernel.hip's h16, the f16 of that value times 2^-H16_SHIFT) and p[m][j] = the sum of x^2
+// over columns 16j..16j+15, in column order.  One launch for both: the pass's first two steps
+// were two dependent launches (docs/perf.md, session 20).  grid: rows, 256 threads, a thread per
+// group of 16 columns.
 #define H16_SHIFT 4   // = PTI_H16_SHIFT of pti_kernel.hip
-extern "C" __global__ void __launch_bounds__(256) norm_parts(const float* __restrict__ x,
-        const float* __restrict__ ga, const float* __restrict__ gb, int n_a, int d, bf16_t* __restrict__ u,
-        float* __restrict__ p, int h16) {
+extern "C" __global__ void __launch_bounds__(256) embed_norm(const bf16_t* __restrict__ Ea,
+        const bf16_t* __restrict__ Eb, const int* __restrict__ tokens, int n_a, int vocab, int d,
+        float* __restrict__ x, const float* __restrict__ ga, const float* __restrict__ gb,
+        bf16_t* __restrict__ u, float* __restrict__ p, int h16) {
     PDL_ENTRY();
     int m = blockIdx.x, ng = (d + 15) / 16;
+    const bf16_t* __restrict__ e = Ea;
+    bool ok = true;
+    if (tokens) {
+        int t = tokens[m];
+        ok = t >= 0 && t < vocab;
+        e = (m < n_a ? Ea : Eb) + (long)(ok ? t : 0) * d;
+    }
     const float* __restrict__ g = m < n_a ? ga : gb;
+    float* __restrict__ xm = x + (long)m * d;
     for (int j = threadIdx.x; j < ng; j += blockDim.x) {
+        int i0 = 16 * j, n = min(16, d - i0);
+        float v[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++)   // every load first: one round trip a group
+            if (k < n) v[k] = !tokens ? xm[i0 + k] : ok ? bf2f(e[i0 + k]) : __int_as_float(0x7fc00000);
+        if (tokens) {
+#pragma unroll
+            for (int k = 0; k < 16; k++)
+                if (k < n) xm[i0 + k] = v[k];
+        }
+        if (!g) continue;
         float s = 0.f;
-        for (int i = 16 * j; i < 16 * j + 16 && i < d; i++) {
-            float v = x[(long)m * d + i];
-            bf16_t b = f2bf(__fmul_rn(v, g[i]));
-            u[(long)m * d + i] = h16 ? f2h16(__fmul_rn(bf2f(b), 1.f / (1 << H16_SHIFT))) : b;
-            s = __fmaf_rn(v, v, s);
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            if (k >= n) break;
+            bf16_t b = f2bf(__fmul_rn(v[k], g[i0 + k]));
+            u[(long)m * d + i0 + k] = h16 ? f2h16(__fmul_rn(bf2f(b), 1.f / (1 << H16_SHIFT))) : b;
+            s = __fmaf_rn(v[k], v[k], s);
         }
         p[(long)m * ng + j] = s;
     }
@@ -1263,47 +1274,90 @@ __device__ __forceinline__ bool argmax_beats(float a, int ia, float b, int ib) {
 // ids[m] = argmax of float32 logits row m (V wide).  feed (int32 [3, M]: tokens, positions,
 // slots of a pass of one row per sequence; null for none): becomes the next pass's inputs,
 // each row's pick at its position + 1 (padding rows, position -1, stay padding).  Then the
-// next pass needs nothing from the host (gpu_model.py, GpuModel.start_next).
-// grid: rows, ARGMAX_THREADS threads.
-#define ARGMAX_THREADS 1024
-extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_feed(const float* __restrict__ logits,
-        int V, int M, int* __restrict__ ids, int* feed) {
-    PDL_ENTRY();
-    __shared__ float sv[ARGMAX_THREADS / WARP];
-    __shared__ int si[ARGMAX_THREADS / WARP];
-    int m = blockIdx.x;
-    const float* __restrict__ row = logits + (long)m * V;
-    float best = NEG_INF;
-    int bi = 0x7fffffff;
-    int i = threadIdx.x;
-    for (; i + 3 * ARGMAX_THREADS < V; i += 4 * ARGMAX_THREADS) {   // four loads in flight
-        float v0 = row[i], v1 = row[i + ARGMAX_THREADS], v2 = row[i + 2 * ARGMAX_THREADS], v3 = row[i + 3 * ARGMAX_THREADS];
-        if (argmax_beats(v0, i, best, bi)) { best = v0; bi = i; }
-        if (argmax_beats(v1, i + ARGMAX_THREADS, best, bi)) { best = v1; bi = i + ARGMAX_THREADS; }
-        if (argmax_beats(v2, i + 2 * ARGMAX_THREADS, best, bi)) { best = v2; bi = i + 2 * ARGMAX_THREADS; }
-        if (argmax_beats(v3, i + 3 * ARGMAX_THREADS, best, bi)) { best = v3; bi = i + 3 * ARGMAX_THREADS; }
-    }
-    for (; i < V; i += ARGMAX_THREADS) {
-        float v = row[i];
-        if (argmax_beats(v, i, best, bi)) { best = v; bi = i; }
-    }
+// next pass needs nothing from the host (gpu_model.py, GpuModel.start_next).  host (int32
+// [ring, M] in pinned host memory, its device address; null for none): the picks also go to row
+// state[0] of it, which the launch then advances, so the host reads each pass's picks from their
+// own row with no copy between passes (the copy and its gaps: docs/perf.md, session 20).
+// A row is split over gridDim.x blocks of ARGMAX_CHUNK elements (one block a row read the whole
+// row from one SM: docs/perf.md, session 20); each block leaves its best in state, and the row's
+// last block to finish picks among them.  state: int32 [2 + M + 2 M gridDim.x], zero before the
+// first launch and left so by each: the ring's row, rows done, each row's blocks done, each
+// block's best (value bits, index).
+// grid: (ceil(V / ARGMAX_CHUNK), rows), ARGMAX_THREADS threads.
+#define ARGMAX_THREADS 256
+#define ARGMAX_PER_THREAD 8
+#define ARGMAX_CHUNK (ARGMAX_THREADS * ARGMAX_PER_THREAD)
+__device__ __forceinline__ void argmax_warp(float& best, int& bi) {
     for (int o = WARP / 2; o > 0; o >>= 1) {
         float ov = SHFL_XOR(best, o);
         int oi = SHFL_XOR(bi, o);
         if (argmax_beats(ov, oi, best, bi)) { best = ov; bi = oi; }
     }
+}
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_feed(const float* __restrict__ logits,
+        int V, int M, int* __restrict__ ids, int* feed, int* __restrict__ host, int ring, int* state) {
+    PDL_ENTRY();
+    __shared__ float sv[ARGMAX_THREADS / WARP];
+    __shared__ int si[ARGMAX_THREADS / WARP];
+    __shared__ int last;
+    int m = blockIdx.y, nb = gridDim.x;
+    int slot = host ? state[0] % ring : 0;   // read before this block counts itself done
+    int* __restrict__ row_done = state + 2;
+    int* part = state + 2 + M + 2 * m * nb;
+    const float* __restrict__ row = logits + (long)m * V;
+    int i0 = blockIdx.x * ARGMAX_CHUNK + threadIdx.x;
+    float v[ARGMAX_PER_THREAD];
+#pragma unroll
+    for (int r = 0; r < ARGMAX_PER_THREAD; r++) {   // every load in flight at once
+        int i = i0 + r * ARGMAX_THREADS;
+        v[r] = i < V ? row[i] : NEG_INF;
+    }
+    float best = NEG_INF;
+    int bi = 0x7fffffff;
+#pragma unroll
+    for (int r = 0; r < ARGMAX_PER_THREAD; r++) {
+        int i = i0 + r * ARGMAX_THREADS;
+        if (i < V && argmax_beats(v[r], i, best, bi)) { best = v[r]; bi = i; }
+    }
+    argmax_warp(best, bi);
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     if (lane == 0) { sv[w] = best; si[w] = bi; }
     __syncthreads();
-    if (threadIdx.x != 0) return;
-    for (int k = 1; k < ARGMAX_THREADS / WARP; k++)
-        if (argmax_beats(sv[k], si[k], best, bi)) { best = sv[k]; bi = si[k]; }
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < ARGMAX_THREADS / WARP; k++)
+            if (argmax_beats(sv[k], si[k], best, bi)) { best = sv[k]; bi = si[k]; }
+        part[2 * blockIdx.x] = __float_as_int(best);
+        part[2 * blockIdx.x + 1] = bi;
+        __threadfence();   // the best before the count, for the row's last block
+        last = atomicAdd(&row_done[m], 1) == nb - 1;
+    }
+    __syncthreads();
+    if (!last || w != 0) return;
+    // the row's last block: its first warp picks among the blocks' bests (any order: the pick
+    // is the same, argmax_beats being a total order)
+    best = NEG_INF;
+    bi = 0x7fffffff;
+    for (int k = lane; k < nb; k += WARP) {
+        float pv = __int_as_float(((volatile int*)part)[2 * k]);
+        int pi = ((volatile int*)part)[2 * k + 1];
+        if (argmax_beats(pv, pi, best, bi)) { best = pv; bi = pi; }
+    }
+    argmax_warp(best, bi);
+    if (lane != 0) return;
+    row_done[m] = 0;
     if (bi == 0x7fffffff) bi = 0;   // V == 0 cannot happen; keep the id in range anyway
     ids[m] = bi;
     if (feed) {
         feed[m] = bi;
         int p = feed[M + m];
         if (p >= 0) feed[M + m] = p + 1;
+    }
+    if (host) {
+        host[(long)slot * M + m] = bi;
+        if (atomicAdd(&state[1], 1) == M - 1) {   // every block of every row has read state[0]
+            state[1] = 0;
+            state[0] = (state[0] + 1) % ring;
+        }
     }
 }
 

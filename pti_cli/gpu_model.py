@@ -354,6 +354,11 @@ class TorchOps:
         x = E[ids] if E.dim() == 2 else torch.cat([E[0][ids[:n_a]], E[1][ids[n_a:]]])
         return x.float()
 
+    def embed_norm(self, E: torch.Tensor, tokens: torch.Tensor, n_a: int, g: torch.Tensor, dtype):
+        """(x, u, p): the residual stream's first rows (embed) and the first norm's parts (norm_parts)."""
+        x = self.embed(E, tokens, n_a)
+        return (x,) + self.norm_parts(x, g, n_a, dtype)
+
     def argmax_feed(self, logits: torch.Tensor, feed: torch.Tensor | None) -> torch.Tensor:
         """int32 argmax of each row (lowest id on ties).  feed (a pass's int32 [3, M] inputs, one
         row per sequence): becomes the next pass's, each row's pick at its position + 1."""
@@ -396,8 +401,10 @@ class _Bucket:
     logits: torch.Tensor | None = None
     next_ids: torch.Tensor | None = None
     host_in: Any = None
-    host_out: list = field(default_factory=list)   # a ring of pinned [M] int32: passes in flight
+    host_out: Any = None   # pinned int32 [RING, M]: a ring of the picks of passes in flight
     events: list = field(default_factory=list)
+    argmax_state: torch.Tensor | None = None   # the argmax kernel's (CudaOps.argmax_state), None on TorchOps
+    ring_direct: bool = False   # the argmax kernel writes the picks to host_out itself (else: a copy)
     turn: int = 0
     last: Any = None   # the Pending of the last pass launched
 
@@ -464,8 +471,8 @@ class GpuModel:
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, S: int, P: int, n_a_rows: int):
         sh, ops, n_a = self.shape, self.ops, n_a_rows
         L, ud, eps = self.w.layers, self.mm_dtype, sh.eps   # ud: the first norm's u (float16: h16)
-        x = ops.embed(self.w.embed, tokens, n_a)             # the residual stream, float32
-        u, p = ops.norm_parts(x, L[0].attn_norm, n_a, ud)  # the next norm's parts (see `scaled`)
+        # the residual stream (float32) and the next norm's parts (see `scaled`)
+        x, u, p = ops.embed_norm(self.w.embed, tokens, n_a, L[0].attn_norm, ud)
         inv = None
         for i, lw in enumerate(L):
             q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a, inv), pos, slot, i)
@@ -519,8 +526,11 @@ class GpuModel:
             b.inp[1].fill_(-1)
             cuda = self.device.type == "cuda"
             b.host_in = torch.zeros((3, M), dtype=torch.int32, pin_memory=cuda)
-            b.host_out = [torch.zeros(M, dtype=torch.int32, pin_memory=cuda) for _ in range(RING)]
+            b.host_out = torch.zeros((RING, M), dtype=torch.int32, pin_memory=cuda)
             b.events = [torch.cuda.Event() for _ in range(RING)] if cuda else []
+            if hasattr(self.ops, "argmax_state"):
+                b.argmax_state = self.ops.argmax_state(M, self.shape.vocab)
+                b.ring_direct = cuda and self.ops.writes_host_ring
             if self.graphs and rows <= ROW_BUCKETS[-1]:
                 self._capture(b)
             self.buckets[key] = b
@@ -530,7 +540,10 @@ class GpuModel:
         """The pass of bucket b; with one row per sequence it also leaves, in b.inp, the inputs of
         the pass after it (each row's pick at its position + 1: `start_next`)."""
         logits = self.forward(b.inp[0], b.inp[1], b.inp[2], b.n_seqs, b.rows, b.n_a * b.rows)
-        return logits, self.ops.argmax_feed(logits, b.inp if b.rows == 1 else None)
+        feed = b.inp if b.rows == 1 else None
+        if b.argmax_state is None:
+            return logits, self.ops.argmax_feed(logits, feed)
+        return logits, self.ops.argmax_feed(logits, feed, b.argmax_state, b.host_out if b.ring_direct else None)
 
     def _capture(self, b: _Bucket) -> None:
         """Warm up (padding rows only: nothing is written to the cache), then capture."""
@@ -539,6 +552,8 @@ class GpuModel:
         with torch.cuda.stream(side):
             for _ in range(2):
                 self._run_bucket(b)
+            if b.argmax_state is not None:   # the warm-up passes advanced the ring: the host counts from 0
+                b.argmax_state.zero_()
         torch.cuda.current_stream(self.device).wait_stream(side)
         # A garbage collection during the capture may free what an object out of use held (an
         # earlier model's graphs, pinned buffers): calls that invalidate a capture.  Seen as
@@ -586,10 +601,11 @@ class GpuModel:
                 logits, next_ids = self._run_bucket(b)
             finally:
                 self.attn_bound = None
-        k = b.turn % RING
+        k = b.turn % RING   # = the ring row the argmax kernel wrote, where it writes it (ring_direct)
         b.turn += 1
         out = b.host_out[k]
-        out.copy_(next_ids, non_blocking=True)
+        if not b.ring_direct:
+            out.copy_(next_ids, non_blocking=True)
         event = None
         if b.events:
             event = b.events[k]

@@ -36,6 +36,16 @@ def _check(res, what: str):
     return rest[0] if len(rest) == 1 else rest
 
 
+def host_device_ptr(t: torch.Tensor) -> int:
+    """The device address of pinned host tensor t (the driver's: with unified addressing it is
+    the host address, but that is the driver's to say), for kernels that write host memory."""
+    from cuda.bindings import driver
+    if not t.is_pinned():
+        raise PtiError("a kernel can write host memory only where it is pinned")
+    a = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_POINTER
+    return int(_check(driver.cuPointerGetAttribute(a, t.data_ptr()), "device address of pinned memory"))
+
+
 class _Module:
     """A loaded CUBIN and a launcher on torch's current stream."""
 
@@ -99,8 +109,9 @@ class _Module:
 
 GROUPS = (1, 2, 4, 8)     # attention kernels are instantiated for these query heads per KV head (>= the model's)
 ATTN_THREADS = 256       # kernels/pti_ops.hip ATTN_THREADS
+ARGMAX_THREADS, ARGMAX_CHUNK = 256, 2048   # kernels/pti_ops.hip ARGMAX_THREADS, ARGMAX_CHUNK
 KERNELS = (["add_rmsnorm_bf16", "add_rmsnorm_f32", "rope_kv_bf16", "rope_kv_f32", "silu_mul_bf16", "silu_mul_f32",
-            "attn_combine_64", "attn_combine_128", "stream_read", "embed_bf16", "argmax_feed", "norm_parts"]
+            "attn_combine_64", "attn_combine_128", "stream_read", "embed_norm", "argmax_feed"]
            + [f"attn_{k}_{hd}_g{g}" for k in ("partial", "fused") for hd in (64, 128) for g in GROUPS]
            + [f"attn_rope_{k}{hd}_g{g}_{t}" for k in ("", "cl_", "cls_", "clp_") for hd in (64, 128) for g in GROUPS
               for t in ("bf16", "f32")])
@@ -131,14 +142,19 @@ def attn_wide_cluster_max() -> int:
     return _cluster_setting("PTI_ATTN_WIDE_CL", ATTN_WIDE_CLUSTER_MAX)
 
 
+def _switch(var: str) -> bool:
+    """An on/off setting for A/B runs: unset or 1 on, 0 off."""
+    v = os.environ.get(var) or "1"
+    if v not in ("0", "1"):
+        raise PtiError(f"{var} must be 0 or 1, not {v!r}")
+    return v == "1"
+
+
 def attn_push() -> bool:
     """Whether cluster launches of one chunk a block push their partials into the combining blocks'
     shared memory (attn_rope_clp_*; the default) or leave them in L2 (attn_rope_cl_*): PTI_ATTN_PUSH=0
     for A/B runs.  The same bits either way."""
-    v = os.environ.get("PTI_ATTN_PUSH") or "1"
-    if v not in ("0", "1"):
-        raise PtiError(f"PTI_ATTN_PUSH must be 0 or 1, not {v!r}")
-    return v == "1"
+    return _switch("PTI_ATTN_PUSH")
 
 
 def attention_cluster(n_chunks: int, groups: int, cluster_max: int, pinned: list[int], wide_max: int = 0,
@@ -197,6 +213,10 @@ class CudaOps:
         self.cluster_max = attn_cluster_max() if major >= 9 and torch.version.hip is None else 0
         self.wide_cluster_max = attn_wide_cluster_max() if self.cluster_max else 0
         self.push = attn_push()
+        # the argmax kernel writes each pass's picks to the host ring itself (GpuModel._launch),
+        # instead of a copy after the pass (docs/perf.md, session 20); PTI_HOST_RING=0 copies them
+        # (A/B runs)
+        self.writes_host_ring = _switch("PTI_HOST_RING")
         if self.cluster_max > 8 or self.wide_cluster_max > 8:
             self.k.allow_large_clusters("attn_rope_cl")   # attn_rope_cl_*, attn_rope_cls_*, attn_rope_clp_*
             if self.k_wide is not self.k:
@@ -317,34 +337,68 @@ class CudaOps:
         """float32 rows of the embedding table E ([vocab, d], or [2, vocab, d] per twin)."""
         if E.dtype != torch.bfloat16 or not E.is_contiguous():
             return TorchOps().embed(E, tokens, n_a)
-        M, (vocab, d) = tokens.shape[0], E.shape[-2:]
-        x = torch.empty((M, d), dtype=torch.float32, device=E.device)
-        Ea, Eb = (E[0], E[1]) if E.dim() == 3 else (E, E)
-        self.k.launch("embed_bf16", (M,), (256,), [(Ea, P), (Eb, P), (tokens, P), (n_a if E.dim() == 3 else M, I),
-                                                   (vocab, I), (d, I), (x, P)])
-        return x
+        return self._embed_norm(E, tokens, None, n_a, None, None)[0]
 
     def norm_parts(self, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype):
         """(u, p) of the first layer's norm (gpu_model.norm_parts; dtype float16: u in h16), one launch."""
         if dtype not in (torch.bfloat16, torch.float16) or not x.is_contiguous():
             return TorchOps().norm_parts(x, g, n_a, dtype)
-        M, d = x.shape
-        u = torch.empty((M, d), dtype=dtype, device=x.device)
-        p = torch.empty((M, -(-d // 16)), dtype=torch.float32, device=x.device)
-        ga, gb = (g[0], g[1]) if g.dim() == 2 else (g, g)
-        self.k.launch("norm_parts", (M,), (256,), [(x, P), (ga, P), (gb, P), (n_a if g.dim() == 2 else M, I),
-                                                  (d, I), (u, P), (p, P), (int(dtype == torch.float16), I)])
-        return u, p
+        return self._embed_norm(None, None, x, n_a, g, dtype)[1:]
 
-    def argmax_feed(self, logits: torch.Tensor, feed: torch.Tensor | None) -> torch.Tensor:
+    def embed_norm(self, E: torch.Tensor, tokens: torch.Tensor, n_a: int, g: torch.Tensor, dtype):
+        """(x, u, p): embed, then norm_parts, in one launch (the pass's first)."""
+        if E.dtype != torch.bfloat16 or not E.is_contiguous() or dtype not in (torch.bfloat16, torch.float16):
+            return TorchOps().embed_norm(E, tokens, n_a, g, dtype)
+        return self._embed_norm(E, tokens, None, n_a, g, dtype)
+
+    def _embed_norm(self, E, tokens, x, n_a: int, g, dtype):
+        """kernels/pti_ops.hip embed_norm: x from E's rows (tokens) or given; u, p when g is given."""
+        if x is None:
+            M, (vocab, d) = tokens.shape[0], E.shape[-2:]
+            x = torch.empty((M, d), dtype=torch.float32, device=E.device)
+            Ea, Eb = (E[0], E[1]) if E.dim() == 3 else (E, E)
+            twin_rows = n_a if E.dim() == 3 else M
+        else:
+            (M, d), vocab, Ea, Eb, tokens = x.shape, 0, None, None, None
+            twin_rows = n_a if g.dim() == 2 else M
+        u = p = ga = gb = None
+        if g is not None:
+            u = torch.empty((M, d), dtype=dtype, device=x.device)
+            p = torch.empty((M, -(-d // 16)), dtype=torch.float32, device=x.device)
+            ga, gb = (g[0], g[1]) if g.dim() == 2 else (g, g)
+            twin_rows = n_a if g.dim() == 2 else twin_rows
+        h16 = int(dtype == torch.float16)
+        ptr = (lambda t: t if t is not None else 0)
+        self.k.launch("embed_norm", (M,), (256,), [(ptr(Ea), P), (ptr(Eb), P), (ptr(tokens), P), (twin_rows, I),
+                                                   (vocab, I), (d, I), (x, P), (ptr(ga), P), (ptr(gb), P),
+                                                   (ptr(u), P), (ptr(p), P), (h16, I)])
+        return x, u, p
+
+    def argmax_state(self, M: int, V: int) -> torch.Tensor:
+        """The argmax kernel's counters and per-block bests for M rows of V logits (zero: each
+        launch leaves its counters so), kept with a bucket so that a pass allocates nothing."""
+        return torch.zeros(2 + M + 2 * M * -(-V // ARGMAX_CHUNK), dtype=torch.int32, device=self.device)
+
+    def argmax_feed(self, logits: torch.Tensor, feed: torch.Tensor | None, state: torch.Tensor | None = None,
+                    host: torch.Tensor | None = None) -> torch.Tensor:
         """int32 argmax of each row (lowest id on ties, NaN first, as torch.argmax); feed: see
-        TorchOps.argmax_feed (one kernel does both)."""
+        TorchOps.argmax_feed (one kernel does both).  state: argmax_state(M, V) (None: a new one).
+        host: pinned int32 [RING, M]: the picks also go to its row state[0] (written by the kernel
+        through its device address), which then advances."""
         if logits.dtype != torch.float32 or not logits.is_contiguous():
+            if host is not None:
+                raise PtiError("the picks' host ring needs the argmax kernel (float32 contiguous logits)")
             return TorchOps().argmax_feed(logits, feed)
         M, V = logits.shape
+        if state is None:
+            state = self.argmax_state(M, V)
+        if state.numel() < 2 + M + 2 * M * -(-V // ARGMAX_CHUNK):
+            raise PtiError(f"the argmax state holds {state.numel()} values, too few for {M} x {V} logits")
         ids = torch.empty(M, dtype=torch.int32, device=logits.device)
-        self.k.launch("argmax_feed", (M,), (1024,), [(logits, P), (V, I), (M, I), (ids, P),
-                                                     (feed if feed is not None else 0, P)])
+        self.k.launch("argmax_feed", (-(-V // ARGMAX_CHUNK), M), (ARGMAX_THREADS,),
+                      [(logits, P), (V, I), (M, I), (ids, P), (feed if feed is not None else 0, P),
+                       (host_device_ptr(host) if host is not None else 0, P),
+                       (host.shape[0] if host is not None else 1, I), (state, P)])
         return ids
 
     def stream_read(self, buf: torch.Tensor) -> None:

@@ -457,8 +457,8 @@ def test_wide_attention_grids_give_the_same_bits(dev, backend, ops):
 
 def test_embed_and_argmax_kernels_match_torch(dev, ops):
     """The pass's first and last kernels against torch: embedding rows per twin (a token out of
-    range gives a NaN row), argmax with ties across the threads' strides, NaN and -inf rows, and
-    the device feed of the next pass (padding rows stay padding)."""
+    range gives a NaN row), argmax with ties across blocks and within a thread, NaN and -inf rows,
+    and the device feed of the next pass (padding rows stay padding)."""
     rng = np.random.default_rng()
     ref_ops = TorchOps()
     for per_twin in (False, True):
@@ -472,11 +472,11 @@ def test_embed_and_argmax_kernels_match_torch(dev, ops):
     V, M = 49152 + int(rng.integers(1, 1000)), 9
     logits = torch.randn(M, V, device=dev)
     top = logits.max() + 1
-    logits[0, [5000, 6024, 7]] = top             # ties: 7 wins (another thread, an earlier stride)
-    logits[1, [1030, 6]] = top                   # the same thread's stride
-    logits[2, 40000] = float("nan")
+    logits[0, [5000, 6024, 7]] = top             # ties: 7 wins (an earlier block of the row)
+    logits[1, [1030, 6]] = top                   # the same thread's loads
+    logits[2, [45000, 40000]] = float("nan")     # NaN first, the lower index of two blocks
     logits[3] = float("-inf")
-    logits[4, V - 1] = top                       # the tail past the last full stride of four
+    logits[4, V - 1] = top                       # the row's last, partial block
     feed = torch.tensor([rng.integers(0, 100, M).tolist(), [5, -1, 7, 8, -1, 3, 2, 9, 11],
                          list(range(M))], dtype=torch.int32, device=dev)
     want = torch.argmax(logits, dim=-1).to(torch.int32)
@@ -521,3 +521,80 @@ def test_first_pass_may_be_captured(dev, backend, ops, twins):
         key = m._bucket_key(seqs)
         assert (m.buckets[key].graph is not None) == graphs
     assert outs[True] == outs[False]
+
+
+@pytest.mark.parametrize("per_twin", [False, True])
+def test_embed_norm_kernel_gives_embed_then_norm_parts(dev, ops, per_twin):
+    """The pass's first launch (embed_norm) against its two steps in torch: x and u (bf16 and h16)
+    bit for bit, p (sums of squares, in another order) within float32 rounding, per twin, for a d
+    that is not a multiple of 16; a token out of range gives a NaN row and only that row; the
+    kernel's embed-only and norm-only forms give the same bits."""
+    rng = np.random.default_rng()
+    ref_ops = TorchOps()
+    vocab, d, M, n_a = int(rng.integers(900, 1100)), 16 * int(rng.integers(20, 40)) + 7, 6, 2
+    E = (torch.randn((2, vocab, d) if per_twin else (vocab, d), device=dev) * 3).bfloat16()
+    g = torch.rand((2, d) if per_twin else (d,), device=dev) + 0.5
+    tokens = torch.tensor(rng.integers(0, vocab, M), dtype=torch.int32, device=dev)
+    tokens[4] = -3
+    for dtype in (torch.bfloat16, torch.float16):
+        x, u, p = ops.embed_norm(E, tokens, n_a, g, dtype)
+        xr, ur, pr = ref_ops.embed_norm(E, tokens, n_a, g, dtype)
+        ok = [i for i in range(M) if i != 4]
+        assert u.dtype == dtype and torch.equal(x[ok], xr[ok]) and torch.equal(u[ok], ur[ok].to(dtype))
+        assert p.shape == pr.shape and torch.allclose(p[ok], pr[ok], rtol=1e-5)
+        assert torch.isnan(x[4]).all() and torch.isnan(p[4]).all() and not torch.isnan(x[ok]).any()
+        assert torch.equal(ops.embed(E, tokens, n_a)[ok], x[ok])
+        u2, p2 = ops.norm_parts(x[ok].contiguous(), g, n_a, dtype)
+        assert torch.equal(u2, u[ok]) and torch.equal(p2, p[ok])
+
+
+def test_argmax_writes_the_host_ring(dev, ops):
+    """With a host ring the argmax kernel writes each launch's picks to ring row state[0] (pinned
+    host memory, through its device address) and advances it, over more launches than rows, rows
+    split over several blocks; the device picks and the feed as without, and the state's counters
+    back at zero after each launch."""
+    from pti_cli.gpu_model import RING
+    rng = np.random.default_rng()
+    M, V = 5, 3000 + int(rng.integers(0, 3000))
+    host = torch.full((RING, M), -7, dtype=torch.int32, pin_memory=True)
+    state = ops.argmax_state(M, V)
+    for k in range(2 * RING + 1):
+        logits = torch.randn(M, V, device=dev)
+        logits[1, [2047, 2048]] = logits.max() + 1   # a tie across two blocks
+        want = torch.argmax(logits, dim=-1).to(torch.int32)
+        before = host.clone()
+        feed = torch.tensor([[0] * M, [3, -1, 5, 6, 7], list(range(M))], dtype=torch.int32, device=dev)
+        ids = ops.argmax_feed(logits, feed, state, host)
+        torch.cuda.synchronize()
+        row = k % RING
+        others = [r for r in range(RING) if r != row]
+        assert want[1] == 2047 and torch.equal(ids, want) and torch.equal(host[row], want.cpu()), k
+        assert torch.equal(host[others], before[others])
+        assert state[:2 + M].tolist() == [(k + 1) % RING] + [0] * (M + 1) and torch.equal(feed[0], want)
+        assert feed[1].tolist() == [4, -1, 6, 7, 8]
+    with pytest.raises(Exception, match="pinned"):
+        ops.argmax_feed(torch.randn(M, V, device=dev), None, state, torch.zeros((RING, M), dtype=torch.int32))
+    with pytest.raises(Exception, match="too few"):
+        ops.argmax_feed(torch.randn(M + 1, V, device=dev), None, state)
+
+
+@pytest.mark.parametrize("twins", ["a", "ab"])
+def test_host_ring_decodes_as_the_copy(dev, backend, twins):
+    """Picks the argmax kernel writes to the host ring itself give the tokens of picks copied after
+    each pass (PTI_HOST_RING=0's path): device-fed decoding in graphs, host-fed multi-row passes."""
+    from pti_cli.gpu_ops import CudaOps
+    rng = np.random.default_rng()
+    seqs = [SeqRows(i, rng.integers(0, SHAPE.vocab, 9 + 4 * i).tolist(), 0, i % 2 if twins == "ab" else 0)
+            for i in range(3)]
+    outs = []
+    for ring in (True, False):
+        ops = CudaOps(dev)
+        ops.writes_host_ring = ring
+        m = gpu_model(SHAPE, dev, backend, ops, twins=twins)
+        firsts = m.prefill(seqs)
+        key = m._bucket_key([SeqRows(s.slot, [0], 0, s.twin) for s in seqs])
+        got = m.decode_greedy([SeqRows(s.slot, [f], len(s.tokens), s.twin) for s, f in zip(seqs, firsts)], 2 * 3 + 5)
+        assert m.buckets[key].graph is not None and m.buckets[key].ring_direct == ring
+        drafts = m.run_pass([SeqRows(s.slot, [f] + g[:3], len(s.tokens), s.twin) for s, f, g in zip(seqs, firsts, got)])
+        outs.append((firsts, got, [d.tolist() for d in drafts]))
+    assert outs[0] == outs[1]

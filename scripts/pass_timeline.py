@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Where a decode pass's time goes on the GPU, kernel by kernel: the bench's plain decoding loop
+(`decode_greedy`, CUDA graphs, each pass fed on the device) on the synthetic model, traced with
+torch.profiler (CUPTI records the kernels inside graph replays).  Per kernel kind: count a pass,
+summed duration, and the summed gap from the previous GPU activity's end to its start; plus the
+boundary between passes (the picks' device-to-host copy and the next replay's start).
+    python3 scripts/pass_timeline.py [8b] [seqs,...]"""
+
+import json
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from pti_cli.bench import _decode_plain, build_model  # noqa: E402
+from pti_cli.gpu_model import SeqRows  # noqa: E402
+from pti_cli.gpu_ops import CudaOps, kernel_backend  # noqa: E402
+
+
+def kind(name: str) -> str:
+    """A short kind for a kernel's name: its function name without the variant suffix."""
+    n = name.split("(")[0]
+    for k in ("pti_mm", "attn_rope", "argmax_feed", "embed", "norm_parts", "Memcpy", "memcpy"):
+        if k in n:
+            return k
+    return n[:40]
+
+
+def trace(m, S: int, passes: int) -> list[dict]:
+    _decode_plain(m, [5] * S, [512] * S, 16, "a")   # capture, warm up
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        _decode_plain(m, [5] * S, [512] * S, passes, "a")
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        ev = json.load(open(f.name))["traceEvents"]
+    gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    return sorted(gpu, key=lambda e: e["ts"])
+
+
+def report(ev: list[dict], S: int, passes: int) -> None:
+    # passes are delimited by the embedding kernel (the first of each pass)
+    starts = [i for i, e in enumerate(ev) if kind(e["name"]) == "embed"]
+    if len(starts) < 3:
+        print(f"seqs {S}: {len(ev)} GPU events, {len(starts)} passes found; kinds:",
+              sorted({kind(e['name']) for e in ev})[:20])
+        return
+    a, b = starts[1], starts[-1]          # whole passes only, the first dropped
+    n = len(starts) - 2
+    dur, gap, cnt = defaultdict(float), defaultdict(float), defaultdict(int)
+    prev_end = ev[a - 1]["ts"] + ev[a - 1]["dur"]
+    for e in ev[a:b]:
+        k = kind(e["name"])
+        dur[k] += e["dur"]
+        gap[k] += e["ts"] - prev_end
+        cnt[k] += 1
+        prev_end = max(prev_end, e["ts"] + e["dur"])
+    wall = (ev[b]["ts"] - ev[a]["ts"]) / n
+    print(f"seqs {S}: {n} passes, {wall:.1f} us a pass (embed to embed)")
+    print(f"  {'kind':<14} {'n/pass':>6} {'us/pass':>9} {'gap before':>10}")
+    for k in sorted(dur, key=lambda k: -dur[k]):
+        print(f"  {k:<14} {cnt[k] / n:6.1f} {dur[k] / n:9.2f} {gap[k] / n:10.2f}")
+    print(f"  {'total':<14} {sum(cnt.values()) / n:6.1f} {sum(dur.values()) / n:9.2f} {sum(gap.values()) / n:10.2f}")
+
+
+def main() -> None:
+    size = sys.argv[1] if len(sys.argv) > 1 else "8b"
+    cases = [int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "1,16").split(",")]
+    dev = torch.device("cuda")
+    ops, be = CudaOps(dev), kernel_backend(dev)
+    m = build_model(size, dev, "a", max(cases), 640, ops, be)
+    for S in cases:
+        m.prefill([SeqRows(i, list(range(1, 513)), 0) for i in range(S)])
+        report(trace(m, S, 24), S, 24)
+
+
+if __name__ == "__main__":
+    main()
