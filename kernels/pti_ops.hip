@@ -63,6 +63,18 @@ __device__ __forceinline__ unsigned short f2h16(float f) {
 #endif
 }
 
+// The attention's output rows: bf16, or h16 where the matrix after takes h16 inputs (the f16 of the
+// bf16 value times 2^-H16_SHIFT, as kernels/pti_kernel.hip's pti_bf16_to_h16).
+#define H16_SHIFT 4   // = PTI_H16_SHIFT of pti_kernel.hip
+struct AttnOut {
+    bf16_t* p;
+    int h16;
+    __device__ __forceinline__ void put(long i, float v) const {
+        bf16_t b = f2bf(v);
+        p[i] = h16 ? f2h16(__fmul_rn(bf2f(b), 1.f / (1 << H16_SHIFT))) : b;
+    }
+};
+
 // One RoPE rotation, rounded step by step (no contraction), so that the RoPE
 // kernel and the fused attention give the same bits.
 __device__ __forceinline__ void rope_pair(float a, float b, float c, float s, float& ra, float& rb) {
@@ -563,7 +575,7 @@ __device__ __forceinline__ void attn_wait_v(bool pending = false) {
 // the cache) and writes the chunk's max, sum of exp and un-normalised output.
 template <int HD>
 __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, int m, int h0, int G, int nc,
-                                   bf16_t* out, int H, int n_chunks, float* scratch);
+                                   AttnOut out, int H, int n_chunks, float* scratch);
 
 // counters != 0 (the fused form): the last block of a (row, kv head) to finish,
 // found with an atomic counter, combines the chunks itself, in chunk order, and
@@ -571,7 +583,7 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
 template <int HD, int NG>
 __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* pos,
                              const int* slot, float* part_acc, float* part_ml, int H, int Hk, int ctx1,
-                             int n_chunks, float scale, int* counters, bf16_t* out) {
+                             int n_chunks, float scale, int* counters, AttnOut out) {
     PDL_ENTRY();
     __shared__ __align__(16) bf16_t ks[ATTN_CHUNK * KSTR(HD)];
     __shared__ __align__(16) bf16_t vs[ATTN_CHUNK * KSTR(HD)];
@@ -582,7 +594,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     int G = H / Hk;
     int t0 = c * ATTN_CHUNK;
     if (p < 0 && counters && c == 0)  // a padding row: zeros out
-        for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
+        for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(((long)m * H + kh * G) * HD + i, 0.f);
     if (p < 0 || t0 > p) return;  // chunks past the row's position are never read by the combine
     int nt = min(ATTN_CHUNK, p + 1 - t0);
     long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
@@ -619,7 +631,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
 // The arithmetic of attn_combine (the same bits).
 template <int HD>
 __device__ __forceinline__ void attn_combine_plain(const float* part_acc, const float* part_ml, int m, int h0,
-                                                   int nc, bf16_t* out, int H, int n_chunks, int i0, int i1) {
+                                                   int nc, AttnOut out, int H, int n_chunks, int i0, int i1) {
     for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
         int h = h0 + i / HD, d = i % HD;
         const float* ml = part_ml + ((long)m * H + h) * n_chunks * 2;
@@ -632,7 +644,7 @@ __device__ __forceinline__ void attn_combine_plain(const float* part_acc, const 
             denom = __fmaf_rn(__ldcg(ml + 2 * c + 1), e, denom);
             a = __fmaf_rn(__ldcg(acc + (long)c * HD + d), e, a);
         }
-        out[((long)m * H + h) * HD + d] = f2bf(a / denom);
+        out.put(((long)m * H + h) * HD + d, a / denom);
     }
 }
 
@@ -643,7 +655,7 @@ __device__ __forceinline__ void attn_combine_plain(const float* part_acc, const 
 // through `scratch` (the block's K tile, no longer needed) so that each e_c is computed once and every load is in flight together.
 template <int HD>
 __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, int m, int h0, int G, int nc,
-                                   bf16_t* out, int H, int n_chunks, float* scratch) {
+                                   AttnOut out, int H, int n_chunks, float* scratch) {
     // the K tile (ATTN_CHUNK * HD bf16) holds 2 arrays [MAX_G][MAX_NC] of floats
     constexpr int MAX_NC = ATTN_CHUNK * HD / (4 * MAX_G);   // 256 chunks (16384 positions) at HD = 128
     float* cm = scratch;                  // [G][MAX_NC]: chunk max, then e_c
@@ -694,20 +706,20 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
 #pragma unroll
         for (int k = 0; k < PT; k++) {
             int i = i0 + k * blockDim.x + threadIdx.x;
-            if (i < G * HD) out[((long)m * H + h0 + i / HD) * HD + i % HD] = f2bf(a[k] / den[gi[k]]);
+            if (i < G * HD) out.put(((long)m * H + h0 + i / HD) * HD + i % HD, a[k] / den[gi[k]]);
         }
     }
 }
 
 // Attention, step 2: one block per (head, row); chunks combined in chunk order.
 template <int HD>
-__device__ void attn_combine(const float* part_acc, const float* part_ml, const int* pos, bf16_t* out,
+__device__ void attn_combine(const float* part_acc, const float* part_ml, const int* pos, AttnOut out,
                              int H, int n_chunks) {
     PDL_ENTRY();
     int h = blockIdx.x, m = blockIdx.y, p = pos[m];
     long o = ((long)m * H + h) * HD;
     if (p < 0) {
-        for (int d = threadIdx.x; d < HD; d += blockDim.x) out[o + d] = 0;
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) out.put(o + d, 0.f);
         return;
     }
     int nc = p / ATTN_CHUNK + 1;
@@ -721,7 +733,7 @@ __device__ void attn_combine(const float* part_acc, const float* part_ml, const 
         float a = 0.f;
 #pragma unroll 4
         for (int c = 0; c < nc; c++) a = __fmaf_rn(acc[(long)c * HD + d], expf(ml[2 * c] - gm), a);
-        out[o + d] = f2bf(a / denom);
+        out.put(o + d, a / denom);
     }
 }
 
@@ -729,14 +741,14 @@ __device__ void attn_combine(const float* part_acc, const float* part_ml, const 
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_partial_##HD##_g##NG(const bf16_t* q,      \
         const bf16_t* kc, const bf16_t* vc, const int* pos, const int* slot, float* pa, float* pml, int H,   \
         int Hk, int ctx1, int nch, float scale) {                                                          \
-    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, 0, 0); }                   \
+    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, nullptr, AttnOut{nullptr, 0}); }     \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_fused_##HD##_g##NG(const bf16_t* q,        \
         const bf16_t* kc, const bf16_t* vc, const int* pos, const int* slot, float* pa, float* pml, int H,   \
         int Hk, int ctx1, int nch, float scale, int* counters, bf16_t* out) {                              \
-    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, counters, out); }
+    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, counters, AttnOut{out, 0}); }
 #define INSTANTIATE_COMBINE(HD)                                                                         \
 extern "C" __global__ void attn_combine_##HD(const float* pa, const float* pml, const int* pos,         \
-        bf16_t* out, int H, int nch) { attn_combine<HD>(pa, pml, pos, out, H, nch); }
+        bf16_t* out, int H, int nch) { attn_combine<HD>(pa, pml, pos, AttnOut{out, 0}, H, nch); }
 
 INSTANTIATE_COMBINE(64)
 INSTANTIATE_COMBINE(128)
@@ -806,7 +818,7 @@ __device__ __forceinline__ void attn_chunk_weights(float* cm, const float* cs, i
 #define ATTN_PF 16
 template <int HD>
 __device__ void attn_combine_slice(const float* part_acc, const float* part_ml, int m, int h0, int G, int nc,
-                                   bf16_t* out, int H, int n_chunks, int r, int W, float* scratch) {
+                                   AttnOut out, int H, int n_chunks, int r, int W, float* scratch) {
     constexpr int SCRATCH = ATTN_CHUNK * KSTR(HD) / 2;   // floats in the bf16 K tile
     __shared__ float den[MAX_G];
     const int per = G * HD, i0 = r * per / W, i1 = (r + 1) * per / W;
@@ -842,7 +854,7 @@ __device__ void attn_combine_slice(const float* part_acc, const float* part_ml, 
         for (int c = 0; c < ATTN_PF; c++)
             if (c < nc) a = __fmaf_rn(pre[c], cm[g * nc + c], a);
         for (int c = ATTN_PF; c < nc; c++) a = __fmaf_rn(__ldcg(acc + (long)c * HD), cm[g * nc + c], a);
-        out[((long)m * H + h0) * HD + ib] = f2bf(a / den[g]);
+        out.put(((long)m * H + h0) * HD + ib, a / den[g]);
     }
 }
 
@@ -862,7 +874,7 @@ __device__ __forceinline__ float attn_ld_peer(unsigned addr, int rank) {
 // the same arithmetic in the same order, so the same bits.
 template <int HD, int NG>
 __device__ void attn_combine_dsm(const float* sacc, const float2* sml, int cl, int nc, int m, int h0, int G,
-                                 bf16_t* out, int H, int r, int W, float* scratch) {
+                                 AttnOut out, int H, int r, int W, float* scratch) {
     __shared__ float den[MAX_G];
     const int per = G * HD, i0 = r * per / W, i1 = (r + 1) * per / W;
     const unsigned acc0 = (unsigned)__cvta_generic_to_shared(sacc), ml0 = (unsigned)__cvta_generic_to_shared(sml);
@@ -905,7 +917,7 @@ __device__ void attn_combine_dsm(const float* sacc, const float2* sml, int cl, i
             own = own + 1 == cl ? 0 : own + 1;
             at = own == 0 ? at + SLOT : at;
         }
-        out[((long)m * H + h0) * HD + ib] = f2bf(a / den[g]);
+        out.put(((long)m * H + h0) * HD + ib, a / den[g]);
     }
 }
 #endif
@@ -1011,7 +1023,7 @@ __device__ __forceinline__ void attn_rope_chunk(const T* qkv, const int* slot, c
 // The counter form: grid (chunks, kv heads, rows).
 template <int HD, int NG, typename T>
 __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const float* cos_t, const float* sin_t,
-                          bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, int* counters, bf16_t* out,
+                          bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml, int* counters, AttnOut out,
                           int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox, int early) {
     PDL_TRIGGER();
     ATTN_ROPE_SMEM(HD, NG);
@@ -1022,7 +1034,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
     if (p < 0 || c * ATTN_CHUNK > p) {
         if (early) PDL_WAIT();
         if (p < 0 && c == 0)   // a padding row: zeros out
-            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(((long)m * H + kh * G) * HD + i, 0.f);
         return;   // chunks past the row's position are never read by the combine
     }
     attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk, ctx1,
@@ -1054,7 +1066,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
 template <int HD, int NG, typename T, bool SMEM>
 __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot, const float* cos_t,
                                    const float* sin_t, bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml,
-                                   bf16_t* out, int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox,
+                                   AttnOut out, int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox,
                                    int early, int cl) {
     PDL_TRIGGER();
     ATTN_ROPE_SMEM(HD, NG);
@@ -1064,7 +1076,7 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
     if (p < 0 || r * ATTN_CHUNK > p) {
         if (early) PDL_WAIT();
         if (p < 0 && r == 0)   // a padding row: zeros out
-            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(((long)m * H + kh * G) * HD + i, 0.f);
         cluster_arrive();   // the blocks with chunks wait for the whole cluster
         return;
     }
@@ -1106,7 +1118,7 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
 template <int HD, int NG, typename T>
 __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, const float* cos_t,
                                const float* sin_t, bf16_t* kc, bf16_t* vc, float* part_acc, float* part_ml,
-                               bf16_t* out, int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox,
+                               AttnOut out, int H, int Hk, int ctx1, int n_chunks, float scale, int P, int neox,
                                int early, int cl) {
     PDL_TRIGGER();
     ATTN_ROPE_SMEM(HD, NG);
@@ -1132,7 +1144,7 @@ __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, co
     if (p < 0 || r >= nc) {
         if (early) PDL_WAIT();
         if (p < 0 && r == 0)   // a padding row: zeros out
-            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out[((long)m * H + kh * G) * HD + i] = 0;
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(((long)m * H + kh * G) * HD + i, 0.f);
         cluster_wait();
         cluster_arrive_relaxed();
         return;
@@ -1162,7 +1174,7 @@ __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, co
         const int i = (r + (e >> 4) * W) * 16 + (e & 15), g = i / HD;
         float a = 0.f;
         for (int c = 0; c < nc; c++) a = __fmaf_rn(racc[c * str + e], cm[g * nc + c], a);
-        out[((long)m * H + kh * G) * HD + i] = f2bf(a / den[g]);
+        out.put(((long)m * H + kh * G) * HD + i, a / den[g]);
     }
     cluster_wait();
 }
@@ -1178,9 +1190,11 @@ __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, co
 // attn_rope_cl_*, attn_rope_cls_*: the cluster form (sm_90+; elsewhere the host never launches them, and
 // they only exit).
 #ifdef ATTN_CLUSTER
-#define ATTN_ROPE_CLUSTERS(...) attn_rope_clusters<__VA_ARGS__>(qkv, pos, slot, c, s, kc, vc, pa, pml, out, H, Hk, \
+#define ATTN_ROPE_CLUSTERS(...) attn_rope_clusters<__VA_ARGS__>(qkv, pos, slot, c, s, kc, vc, pa, pml,       \
+                                                               AttnOut{out, h16}, H, Hk,                         \
                                                                ctx1, nch, scale, P, neox, early, cl)
-#define ATTN_ROPE_PUSH(HD, NG, T) attn_rope_push<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, out, H, Hk, \
+#define ATTN_ROPE_PUSH(HD, NG, T) attn_rope_push<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml,            \
+                                                           AttnOut{out, h16}, H, Hk,                             \
                                                            ctx1, nch, scale, P, neox, early, cl)
 #else
 #define ATTN_ROPE_CLUSTERS(...)
@@ -1190,23 +1204,24 @@ __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, co
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_##HD##_g##NG##_##SUF(const T* qkv, \
         const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, float* pa, \
         float* pml, int* counters, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P,       \
-        int neox, int early) {                                                                             \
-    attn_rope<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, out, H, Hk, ctx1, nch, scale, P, neox, \
+        int neox, int early, int h16) {                                                                    \
+    attn_rope<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, AttnOut{out, h16}, H, Hk, ctx1, nch, \
+                         scale, P, neox, \
                          early); }                                                                         \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_cl_##HD##_g##NG##_##SUF(      \
         const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
         float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
-        int early, int cl) {                                                                               \
+        int early, int cl, int h16) {                                                                      \
     ATTN_ROPE_CLUSTERS(HD, NG, T, false); }                                                                \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_cls_##HD##_g##NG##_##SUF(     \
         const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
         float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
-        int early, int cl) {                                                                               \
+        int early, int cl, int h16) {                                                                      \
     ATTN_ROPE_CLUSTERS(HD, NG, T, true); }                                                                 \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_clp_##HD##_g##NG##_##SUF( \
         const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
         float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
-        int early, int cl) {                                                                               \
+        int early, int cl, int h16) {                                                                      \
     ATTN_ROPE_PUSH(HD, NG, T); }
 #define INSTANTIATE_ATTN_ROPE_G(HD, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 1, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 2, T, SUF) \
     INSTANTIATE_ATTN_ROPE(HD, 4, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 8, T, SUF)
@@ -1224,7 +1239,6 @@ INSTANTIATE_ATTN_ROPE_G(128, float, f32)
 // over columns 16j..16j+15, in column order.  One launch for both: the pass's first two steps
 // were two dependent launches (docs/perf.md, session 20).  grid: rows, 256 threads, a thread per
 // group of 16 columns.
-#define H16_SHIFT 4   // = PTI_H16_SHIFT of pti_kernel.hip
 extern "C" __global__ void __launch_bounds__(256) embed_norm(const bf16_t* __restrict__ Ea,
         const bf16_t* __restrict__ Eb, const int* __restrict__ tokens, int n_a, int vocab, int d,
         float* __restrict__ x, const float* __restrict__ ga, const float* __restrict__ gb,

@@ -228,16 +228,16 @@ def residual(lin: Any, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: i
     return res
 
 
-# The matrices that take h16 inputs (to_h16) by default: all that can (docs/perf.md, session 19: with
-# the 16-row f16 kernels in pti_cvt4's LEAN form, all four are as fast as the down projection alone
-# at 16 sequences and faster at one).  The attention's output matrix never does (the attention
-# writes bf16).
-ALL_H16_ROLES = ("qkv", "gu", "down", "head")
+# The matrices that take h16 inputs (to_h16) by default: all five (docs/perf.md, session 19: with
+# the 16-row f16 kernels in pti_cvt4's LEAN form, QKV, gate/up, down and the head are as fast as the
+# down projection alone at 16 sequences and faster at one; session 20: the attention's output
+# matrix too, from the attention's h16 rows (AttnOut in kernels/pti_ops.hip), -0.9% at one sequence).
+ALL_H16_ROLES = ("qkv", "wo", "gu", "down", "head")
 H16_ROLES = ALL_H16_ROLES
 
 
 def h16_roles(backend: Any, shape: GpuShape) -> frozenset:
-    """The matrices of a model of `shape` ("qkv", "gu", "down", "head") that take h16 inputs on
+    """The matrices of a model of `shape` ("qkv", "wo", "gu", "down", "head") that take h16 inputs on
     `backend`, which the launches before them write in their epilogues (kernels/pti_kernel.hip,
     PtiArgs.h16).  PTI_H16 (A/B runs): "0" none, "all", or a comma-separated list."""
     if not (getattr(backend, "h16_ok", lambda: False)() and backend.glu_ok(2 * shape.ffn)):
@@ -250,10 +250,11 @@ def h16_roles(backend: Any, shape: GpuShape) -> frozenset:
 
 
 def h16_io(roles: frozenset, layer: int, n_layers: int) -> dict[str, tuple[bool, bool]]:
-    """Per matrix of a layer (and "head"): (takes h16 inputs, writes h16 for the matrix after it)."""
+    """Per matrix of a layer (and "head"): (takes h16 inputs, writes h16 for the matrix after it).
+    The attention writes the output matrix's inputs (GpuModel.forward)."""
     nxt = "qkv" if layer + 1 < n_layers else "head"
     return {"qkv": ("qkv" in roles, False),
-            "wo": (False, "gu" in roles),
+            "wo": ("wo" in roles, "gu" in roles),
             "gu": ("gu" in roles, "down" in roles),
             "down": ("down" in roles, nxt in roles),
             "head": ("head" in roles, False)}
@@ -326,7 +327,9 @@ class TorchOps:
         m.vcache[layer][s, :, p] = v.to(m.kv_dtype)
         return q.to(m.act_dtype)
 
-    def attention(self, m: "GpuModel", q: torch.Tensor, pos, slot, layer: int, S: int, P: int) -> torch.Tensor:
+    def attention(self, m: "GpuModel", q: torch.Tensor, pos, slot, layer: int, S: int, P: int,
+                  h16: bool = False) -> torch.Tensor:
+        """The rows' attention outputs [S * P, H * hd], in the activations' dtype, or h16 (to_h16)."""
         sh = m.shape
         H, Hk, hd = sh.n_heads, sh.n_kv_heads, sh.head_dim
         G = H // Hk
@@ -339,7 +342,8 @@ class TorchOps:
         visible = t.view(1, 1, 1, 1, -1) <= pos.clamp(min=0).view(S, 1, 1, P, 1)
         scores = scores.masked_fill(~visible, float("-inf"))
         o = torch.einsum("shgpt,shtd->shgpd", torch.softmax(scores, -1), V)
-        return o.permute(0, 3, 1, 2, 4).reshape(S * P, H * hd).to(m.act_dtype)
+        o = o.permute(0, 3, 1, 2, 4).reshape(S * P, H * hd)
+        return to_h16(o) if h16 else o.to(m.act_dtype)
 
     def silu_mul(self, gu: torch.Tensor, ffn: int) -> torch.Tensor:
         g, u = gu[:, :ffn].float(), gu[:, ffn:].float()
@@ -476,7 +480,7 @@ class GpuModel:
         inv = None
         for i, lw in enumerate(L):
             q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a, inv), pos, slot, i)
-            a = ops.attention(self, q, pos, slot, i, S, P)
+            a = ops.attention(self, q, pos, slot, i, S, P, h16="wo" in self.w.h16)
             u, p, inv = residual(lw.wo, a, x, lw.ffn_norm, n_a, ud)
             gu = scaled(lw.wgu, u, p, eps, n_a, inv)
             g_next = L[i + 1].attn_norm if i + 1 < len(L) else self.w.out_norm

@@ -17,7 +17,7 @@ import torch
 
 from .backends.cuda import launch_kernel, mm_carveout, set_carveout
 from .errors import PtiError
-from .gpu_model import ATTN_CHUNK, TorchOps
+from .gpu_model import ATTN_CHUNK, TorchOps, to_h16
 
 P, I, L, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
 
@@ -255,7 +255,8 @@ class CudaOps:
                        (sh.head_dim, I), (m.max_ctx + 1, I), (int(sh.rope_neox), I)])
         return q
 
-    def attention(self, m, q: torch.Tensor, pos, slot, layer: int, S: int, Pr: int) -> torch.Tensor:
+    def attention(self, m, q: torch.Tensor, pos, slot, layer: int, S: int, Pr: int, h16: bool = False) -> torch.Tensor:
+        """TorchOps.attention's rows (bf16, or h16: written so by the fused kernels)."""
         sh, M = m.shape, q.shape[0]
         hd, H = sh.head_dim, sh.n_heads
         if hd not in (64, 128) or H // sh.n_kv_heads > GROUPS[-1]:
@@ -275,6 +276,7 @@ class CudaOps:
                 self._old.append(self.counters)
                 self.counters = torch.zeros(M * sh.n_kv_heads, dtype=torch.int32, device=q.device)
         if self.fused_rope:   # q is the matmul's qkv
+            out = out.view(torch.float16) if h16 else out   # (AttnOut in pti_ops.hip)
             early = int(torch.cuda.is_current_stream_capturing())   # see attn_rope in pti_ops.hip
             name = f"attn_rope_{hd}_g{ng}_{_suffix(q)}"
             fit, cl, on_wide = self.attention_form(name, nch, sh.n_kv_heads * M)
@@ -288,21 +290,22 @@ class CudaOps:
                 form = "cls" if cl < nch else "clp" if self.push else "cl"
                 (self.k_wide if on_wide else self.k).launch(
                     f"attn_rope_{form}_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
-                    common + [(out, P)] + tail + [(cl, I)], cluster=cl)
+                    common + [(out, P)] + tail + [(cl, I), (int(h16), I)], cluster=cl)
                 return out
             mod = self.k if nch * sh.n_kv_heads * M <= fit else self.k_wide
-            mod.launch(name, (nch, sh.n_kv_heads, M), (ATTN_THREADS,), common + [(self.counters, P), (out, P)] + tail)
+            mod.launch(name, (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
+                       common + [(self.counters, P), (out, P)] + tail + [(int(h16), I)])
             return out
         if self.fused_attention:
             self.k.launch(f"attn_fused_{hd}_g{ng}", (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
                           args + [(self.counters, P), (out, P)])
-            return out
+            return to_h16(out) if h16 else out
         self.k.launch(f"attn_partial_{hd}_g{ng}", (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
                       [(q, P), (m.kcache[layer], P), (m.vcache[layer], P), (pos, P), (slot, P), (acc, P),
                        (ml, P), (H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I),
                        (1.0 / math.sqrt(hd), F)])
         self.k.launch(f"attn_combine_{hd}", (H, M), (hd,), [(acc, P), (ml, P), (pos, P), (out, P), (H, I), (nch, I)])
-        return out
+        return to_h16(out) if h16 else out
 
     def attention_form(self, name: str, n_chunks: int, groups: int) -> tuple[int, int, bool]:
         """(blocks of `name` that fit the GPU at the pinned carveout, blocks per cluster, wide) of a

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from pti_cli.gpu_model import GpuModel, GpuShape, SeqRows, TorchOps
+from pti_cli.gpu_model import GpuModel, GpuShape, SeqRows, TorchOps, to_h16
 from pti_cli.synthetic import build_weights
 
 pytestmark = pytest.mark.gpu
@@ -372,8 +372,9 @@ def test_attention_clusters_give_the_counters_bits(ctx, shape, dev, backend, ops
     (ops.push off); blocks of several chunks keep theirs in shared memory when they fit (2, 3 and 4
     of them a block: 200 and 700 positions in clusters of 3, 2200 in clusters of 16), else L2 (2200
     in clusters of 3); 70000 positions take the slice combine's plain loop.  With one query head
-    of 64 a KV head, 11 chunks push to the 4 blocks that own its 4 groups of 16 outputs.  Near
-    torch's RoPE + attention."""
+    of 64 a KV head, 11 chunks push to the 4 blocks that own its 4 groups of 16 outputs.  Every
+    form writes h16 rows (for an output matrix that takes them) that are to_h16 of its bf16 rows,
+    bit for bit.  Near torch's RoPE + attention."""
     if ops.cluster_max == 0:
         pytest.skip("thread-block clusters need sm_90")   # the counter path is then the only one
     m = gpu_model(shape, dev, backend, ops, graphs=False, max_seqs=4, max_ctx=ctx)
@@ -386,14 +387,19 @@ def test_attention_clusters_give_the_counters_bits(ctx, shape, dev, backend, ops
     qkv = torch.randn(len(starts) * P, (H + 2 * Hk) * hd, generator=gen).bfloat16().to(dev)
     got, keep, push = [], ops.cluster_max, ops.push
     for cl, pushed in ((0, push), (keep, True), (keep, False), (3, push)):
-        m.kcache[0].copy_(saved[0])
-        m.vcache[0].copy_(saved[1])
-        ops.cluster_max, ops.push = cl, pushed
-        try:
-            out = ops.attention(m, qkv, pos, slot, 0, len(starts), P).clone()
-        finally:
-            ops.cluster_max, ops.push = keep, push
-        got.append((out, m.kcache[0].clone(), m.vcache[0].clone()))
+        outs = []
+        for h16 in (False, True):
+            m.kcache[0].copy_(saved[0])
+            m.vcache[0].copy_(saved[1])
+            ops.cluster_max, ops.push = cl, pushed
+            try:
+                outs.append(ops.attention(m, qkv, pos, slot, 0, len(starts), P, h16=h16).clone())
+            finally:
+                ops.cluster_max, ops.push = keep, push
+        # the rows as the output matrix takes them when it takes h16 (AttnOut): the bf16 rows' to_h16
+        assert outs[1].dtype == torch.float16
+        assert torch.equal(outs[1].view(torch.int16), to_h16(outs[0]).view(torch.int16)), (cl, pushed)
+        got.append((outs[0], m.kcache[0].clone(), m.vcache[0].clone()))
     from pti_cli.gpu_model import ATTN_CHUNK
     from pti_cli.gpu_ops import GROUPS, attention_cluster
     ng = next(g for g in GROUPS if g >= H // Hk)

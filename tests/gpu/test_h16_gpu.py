@@ -93,26 +93,26 @@ def test_h16_residual_epilogue_writes_h16_norm_parts(backend, ops, h16_input, tw
         assert torch.equal(x_l, x_b) and u_l.dtype == torch.bfloat16 and torch.equal(bits(u_l), bits(u_b)), m
 
 
-@pytest.mark.parametrize("roles", ["", "all", "gu,head"])
+@pytest.mark.parametrize("roles", ["", "all", "gu,head", "wo"])
 def test_h16_model_against_the_bf16_model(backend, ops, monkeypatch, roles):
-    """The same random model built with h16 matrices (PTI_H16: "" the default, the QKV and down
-    matrices; "all"; a list) and (PTI_H16=0) as a bf16 one: the roles asked for take h16 inputs, the
-    attention's output matrix never, and the logits are the bf16 model's to within what rounding the
-    activations below h16's exact range (under 2^-13, held to 2^-21) moves, in prefill rows (eager)
-    and a decode row (graph), both twins."""
+    """The same random model built with h16 matrices (PTI_H16: "" the default, H16_ROLES; "all";
+    a list) and (PTI_H16=0) as a bf16 one: the roles asked for take h16 inputs (the attention's
+    output matrix from the attention's h16 rows), and the logits are the bf16 model's to within
+    what rounding the activations below h16's exact range (under 2^-13, held to 2^-21) moves, in
+    prefill rows (eager) and a decode row (graph), both twins."""
     from test_gpu_model import SHAPE, gpu_model, prompt, rel_err
-    from pti_cli.gpu_model import H16_ROLES, SeqRows
+    from pti_cli.gpu_model import ALL_H16_ROLES, H16_ROLES, SeqRows
 
     dev = DEV
     monkeypatch.setenv("PTI_H16", roles)
     m_h = gpu_model(SHAPE, dev, backend, ops, twins="ab")
     monkeypatch.setenv("PTI_H16", "0")
     m_b = gpu_model(SHAPE, dev, backend, ops, twins="ab")
-    want = set(H16_ROLES if roles == "" else ("qkv", "gu", "down", "head") if roles == "all" else roles.split(","))
+    want = set(H16_ROLES if roles == "" else ALL_H16_ROLES if roles == "all" else roles.split(","))
     assert m_h.w.h16 == want and not m_b.w.h16 and (m_h.mm_dtype == torch.float16) == ("qkv" in want)
     for lw in m_h.w.layers:
-        got = {r for r, lin in (("qkv", lw.wqkv), ("gu", lw.wgu), ("down", lw.wdown)) if lin.w.h16}
-        assert got == want - {"head"} and not lw.wo.w.h16
+        got = {r for r, lin in (("qkv", lw.wqkv), ("wo", lw.wo), ("gu", lw.wgu), ("down", lw.wdown)) if lin.w.h16}
+        assert got == want - {"head"}
     assert m_h.w.output.w.h16 == ("head" in want)
     seqs = [SeqRows(0, prompt(70, SHAPE.vocab, 7), 0, 0), SeqRows(1, prompt(70, SHAPE.vocab, 8), 0, 1)]
     for step in range(2):
