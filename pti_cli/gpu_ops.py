@@ -355,26 +355,23 @@ class CudaOps:
         return self._embed_norm(E, tokens, None, n_a, g, dtype)
 
     def _embed_norm(self, E, tokens, x, n_a: int, g, dtype):
-        """kernels/pti_ops.hip embed_norm: x from E's rows (tokens) or given; u, p when g is given."""
+        """kernels/pti_ops.hip embed_norm: x from E's rows (tokens) or given; u, p when g is given.
+        Rows below n_a are twin A's (E[0], g[0]) where E or g has one per twin."""
         if x is None:
             M, (vocab, d) = tokens.shape[0], E.shape[-2:]
             x = torch.empty((M, d), dtype=torch.float32, device=E.device)
             Ea, Eb = (E[0], E[1]) if E.dim() == 3 else (E, E)
-            twin_rows = n_a if E.dim() == 3 else M
         else:
             (M, d), vocab, Ea, Eb, tokens = x.shape, 0, None, None, None
-            twin_rows = n_a if g.dim() == 2 else M
         u = p = ga = gb = None
         if g is not None:
             u = torch.empty((M, d), dtype=dtype, device=x.device)
             p = torch.empty((M, -(-d // 16)), dtype=torch.float32, device=x.device)
             ga, gb = (g[0], g[1]) if g.dim() == 2 else (g, g)
-            twin_rows = n_a if g.dim() == 2 else twin_rows
-        h16 = int(dtype == torch.float16)
-        ptr = (lambda t: t if t is not None else 0)
-        self.k.launch("embed_norm", (M,), (256,), [(ptr(Ea), P), (ptr(Eb), P), (ptr(tokens), P), (twin_rows, I),
+        ptr = (lambda t: t if t is not None else 0)   # noqa: E731
+        self.k.launch("embed_norm", (M,), (256,), [(ptr(Ea), P), (ptr(Eb), P), (ptr(tokens), P), (n_a, I),
                                                    (vocab, I), (d, I), (x, P), (ptr(ga), P), (ptr(gb), P),
-                                                   (ptr(u), P), (ptr(p), P), (h16, I)])
+                                                   (ptr(u), P), (ptr(p), P), (int(dtype == torch.float16), I)])
         return x, u, p
 
     def argmax_state(self, M: int, V: int) -> torch.Tensor:
