@@ -2,8 +2,9 @@
 """Where a decode pass's time goes on the GPU, kernel by kernel: the bench's plain decoding loop
 (`decode_greedy`, CUDA graphs, each pass fed on the device) on the synthetic model, traced with
 torch.profiler (CUPTI records the kernels inside graph replays).  Per kernel kind: count a pass,
-summed duration, and the summed gap from the previous GPU activity's end to its start; plus the
-boundary between passes (the picks' device-to-host copy and the next replay's start).
+summed duration, and the summed gap from the previous GPU activity's end to its start (negative:
+PDL's early starts), the pass's first kernel (the embedding) included, so the boundary between
+passes shows (with PTI_HOST_RING=0 also the picks' device-to-host copy).
     python3 scripts/pass_timeline.py [8b] [seqs,...]"""
 
 import json
@@ -25,7 +26,7 @@ from pti_cli.gpu_ops import CudaOps, kernel_backend  # noqa: E402
 def kind(name: str) -> str:
     """A short kind for a kernel's name: its function name without the variant suffix."""
     n = name.split("(")[0]
-    for k in ("pti_mm", "attn_rope", "argmax_feed", "embed", "norm_parts", "Memcpy", "memcpy"):
+    for k in ("pti_mm", "attn_rope", "argmax_feed", "embed", "Memcpy", "memcpy"):
         if k in n:
             return k
     return n[:40]
