@@ -14,6 +14,7 @@ from pti_cli.bench import markdown_table
 BENCH = Path(__file__).resolve().parents[1] / "docs" / "bench"
 RUNS = sorted(BENCH.glob("bench_*.json"))
 CARDS = sorted((BENCH / "cards").glob("bench_*.json"))   # the same code on another card (docs/bench/README.md)
+REPEATS = sorted((BENCH / "repeats").glob("bench_*.json"))   # the committed run's code again, in a later call
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -34,7 +35,18 @@ def test_card_runs_are_quoted():
     assert "`cards/`" in bench_readme and quoted in bench_readme and quoted in README.read_text()
 
 
-@pytest.mark.parametrize("path", RUNS + CARDS, ids=[p.stem for p in RUNS + CARDS])
+def test_repeat_runs_are_quoted():
+    """Both READMEs quote the repeats' one- and 16-sequence ranges as their files have them."""
+    assert REPEATS
+    rows = [json.loads(p.read_text())["rows"] for p in REPEATS]
+    for seqs, fmt in ((1, "{:.1f}"), (16, "{:.0f}")):
+        tok = [next(r["tok_s"] for r in rs if r["seqs"] == seqs) for rs in rows]
+        quoted = f"{fmt.format(min(tok))}-{fmt.format(max(tok))} tok/s"
+        for text in ((BENCH / "README.md").read_text(), README.read_text()):
+            assert quoted in " ".join(text.split()), (seqs, quoted)
+
+
+@pytest.mark.parametrize("path", RUNS + CARDS + REPEATS, ids=[p.stem for p in RUNS + CARDS + REPEATS])
 def test_json_arithmetic(path):
     d = json.loads(path.read_text())
     assert d["device"].startswith("NVIDIA") and d["command"].startswith("pti bench --synthetic 8b")
