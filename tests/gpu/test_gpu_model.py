@@ -588,6 +588,7 @@ def test_argmax_writes_the_host_ring(dev, ops):
 def test_host_ring_decodes_as_the_copy(dev, backend, twins):
     """Picks the argmax kernel writes to the host ring itself give the tokens of picks copied after
     each pass (PTI_HOST_RING=0's path): device-fed decoding in graphs, host-fed multi-row passes."""
+    from pti_cli.gpu_model import RING
     from pti_cli.gpu_ops import CudaOps
     rng = np.random.default_rng()
     seqs = [SeqRows(i, rng.integers(0, SHAPE.vocab, 9 + 4 * i).tolist(), 0, i % 2 if twins == "ab" else 0)
@@ -599,7 +600,7 @@ def test_host_ring_decodes_as_the_copy(dev, backend, twins):
         m = gpu_model(SHAPE, dev, backend, ops, twins=twins)
         firsts = m.prefill(seqs)
         key = m._bucket_key([SeqRows(s.slot, [0], 0, s.twin) for s in seqs])
-        got = m.decode_greedy([SeqRows(s.slot, [f], len(s.tokens), s.twin) for s, f in zip(seqs, firsts)], 2 * 3 + 5)
+        got = m.decode_greedy([SeqRows(s.slot, [f], len(s.tokens), s.twin) for s, f in zip(seqs, firsts)], 2 * RING + 5)
         assert m.buckets[key].graph is not None and m.buckets[key].ring_direct == ring
         drafts = m.run_pass([SeqRows(s.slot, [f] + g[:3], len(s.tokens), s.twin) for s, f, g in zip(seqs, firsts, got)])
         outs.append((firsts, got, [d.tolist() for d in drafts]))
