@@ -139,6 +139,19 @@ def test_h16_shift_is_one_constant_everywhere():
     assert re.search(r"#define H16_SHIFT (\d+)", (root / "pti_ops.hip").read_text()).group(1) == str(H16_SHIFT)
 
 
+def test_argmax_launch_constants_are_the_kernels():
+    """gpu_ops sizes the argmax's grid and its state buffer from ARGMAX_THREADS and ARGMAX_CHUNK:
+    they must be pti_ops.hip's, or the kernel writes past the state it is given."""
+    import re
+    from pathlib import Path
+    from pti_cli.gpu_ops import ARGMAX_CHUNK, ARGMAX_THREADS
+    src = (Path(__file__).resolve().parents[1] / "kernels" / "pti_ops.hip").read_text()
+    threads = int(re.search(r"#define ARGMAX_THREADS (\d+)", src).group(1))
+    per_thread = int(re.search(r"#define ARGMAX_PER_THREAD (\d+)", src).group(1))
+    assert "#define ARGMAX_CHUNK (ARGMAX_THREADS * ARGMAX_PER_THREAD)" in src
+    assert (ARGMAX_THREADS, ARGMAX_CHUNK) == (threads, threads * per_thread)
+
+
 def test_to_h16_holds_bf16_values_exactly_in_its_range():
     """to_h16: bf16(t) * 2^-H16_SHIFT as float16, exact for 2^-13 <= |v| < 2^20; below, the nearest
     multiple of 2^-20 (float16's subnormals); norm_parts in float16 gives it."""
