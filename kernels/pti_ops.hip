@@ -741,7 +741,7 @@ __device__ void attn_combine(const float* part_acc, const float* part_ml, const 
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_partial_##HD##_g##NG(const bf16_t* q,      \
         const bf16_t* kc, const bf16_t* vc, const int* pos, const int* slot, float* pa, float* pml, int H,   \
         int Hk, int ctx1, int nch, float scale) {                                                          \
-    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, nullptr, AttnOut{nullptr, 0}); }     \
+    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, nullptr, AttnOut{nullptr, 0}); } \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_fused_##HD##_g##NG(const bf16_t* q,        \
         const bf16_t* kc, const bf16_t* vc, const int* pos, const int* slot, float* pa, float* pml, int H,   \
         int Hk, int ctx1, int nch, float scale, int* counters, bf16_t* out) {                              \
@@ -1206,8 +1206,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_
         float* pml, int* counters, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P,       \
         int neox, int early, int h16) {                                                                    \
     attn_rope<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, AttnOut{out, h16}, H, Hk, ctx1, nch, \
-                         scale, P, neox, \
-                         early); }                                                                         \
+                         scale, P, neox, early); }                                                         \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_cl_##HD##_g##NG##_##SUF(      \
         const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
         float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
