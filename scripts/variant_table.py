@@ -20,4 +20,4 @@ for n, k in shapes:
     for v in sys.argv[3:]:
         kind = "ssq16" if v.startswith("t2") else "q8"
         for r in bench_shape(be, kind, n, k, ms, denom, None if v == "default" else v):
-            print(f"{kind:5} {n}x{k} M={r.m:<2} {r.kernel:<24} {r.us:7.2f} us {r.pct:5.1f}%", flush=True)
+            print(f"{kind:5} {n}x{k} M={r.m:<2} {r.kernel:<24} x{r.vs_m1:5.2f} {r.us:7.2f} us {r.pct:5.1f}%", flush=True)
