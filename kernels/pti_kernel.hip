@@ -376,41 +376,34 @@ __device__ constexpr bool pti_lean() {
     return TIN == 0 ? MT >= 4 : MT >= 2 && U == 1;
 }
 
-// One row group's 16 weights a lane (w, sv: its 16 bytes and its scale word) against MT tiles of
-// activations, xat(mt) giving tile mt's fragment (from registers, or from shared memory in the staged
-// kernel), into acc[mt * 4 ..].
-template <int TIN, int MT, bool LEAN, class XAt>
-__device__ __forceinline__ void pti_block_rows(const uint4 w, const unsigned sv, XAt xat, float* acc, const PtiCvt& k) {
-    unsigned g01, g23, g45, g67, h01, h23, h45, h67;  // row g / row g+8
-    pti_cvt4<TIN, LEAN>(w.x, g01, g23, k);
-    pti_cvt4<TIN, LEAN>(w.y, g45, g67, k);
-    pti_cvt4<TIN, LEAN>(w.z, h01, h23, k);
-    pti_cvt4<TIN, LEAN>(w.w, h45, h67, k);
-    const float d_lo = pti_f16_to_f32((unsigned short)(sv & 0xffffu));
-    const float d_hi = pti_f16_to_f32((unsigned short)(sv >> 16));
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        const uint4 xx = xat(mt);
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-        pti_mma<TIN>(c, g01, h01, g23, h23, xx.x, xx.y);
-        pti_mma<TIN>(c, g45, h45, g67, h67, xx.z, xx.w);
-        float* p = acc + mt * 4;
-        p[0] = __fmaf_rn(d_lo, c[0], p[0]);
-        p[1] = __fmaf_rn(d_lo, c[1], p[1]);
-        p[2] = __fmaf_rn(d_hi, c[2], p[2]);
-        p[3] = __fmaf_rn(d_hi, c[3], p[3]);
-    }
-}
-
 template <int TIN, int NTW, int RG, int MT, bool LEAN>
 __device__ __forceinline__ void pti_block(const uint4 (&wv)[NTW][RG], const unsigned (&sv)[NTW][RG],
                                           const uint4 (&xv)[NTW][MT], float* acc, const PtiCvt& k) {
 #pragma unroll
     for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
-        for (int r = 0; r < RG; ++r)
-            pti_block_rows<TIN, MT, LEAN>(wv[tw][r], sv[tw][r], [&](int mt) { return xv[tw][mt]; },
-                                          acc + (tw * RG + r) * MT * 4, k);
+        for (int r = 0; r < RG; ++r) {
+            const uint4 w = wv[tw][r];
+            unsigned g01, g23, g45, g67, h01, h23, h45, h67;  // row g / row g+8
+            pti_cvt4<TIN, LEAN>(w.x, g01, g23, k);
+            pti_cvt4<TIN, LEAN>(w.y, g45, g67, k);
+            pti_cvt4<TIN, LEAN>(w.z, h01, h23, k);
+            pti_cvt4<TIN, LEAN>(w.w, h45, h67, k);
+            const float d_lo = pti_f16_to_f32((unsigned short)(sv[tw][r] & 0xffffu));
+            const float d_hi = pti_f16_to_f32((unsigned short)(sv[tw][r] >> 16));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const uint4 xx = xv[tw][mt];
+                float c[4] = {0.f, 0.f, 0.f, 0.f};
+                pti_mma<TIN>(c, g01, h01, g23, h23, xx.x, xx.y);
+                pti_mma<TIN>(c, g45, h45, g67, h67, xx.z, xx.w);
+                float* p = acc + ((tw * RG + r) * MT + mt) * 4;
+                p[0] = __fmaf_rn(d_lo, c[0], p[0]);
+                p[1] = __fmaf_rn(d_lo, c[1], p[1]);
+                p[2] = __fmaf_rn(d_hi, c[2], p[2]);
+                p[3] = __fmaf_rn(d_hi, c[3], p[3]);
+            }
+        }
 }
 
 // PTI_GLU: a fused gate/up matrix (rows interleaved at load time, 8 gate rows then the same
@@ -448,6 +441,8 @@ __device__ __forceinline__ void pti_group_sync() {
     if (G == 1) __syncthreads();
     else asm volatile("bar.sync %0, 256;" :: "r"((int)(threadIdx.x >> 8) + 1) : "memory");
 }
+// One group's space in a CTA of G > 1 groups (pti_mm_tc): red, inv, the residual's values of S slots.
+#define PTI_FINISH_FLOATS(S) (4096 + 128 + (S) * 128)
 template <int TIN, int TOUT, int NTW, int RG, int MT, bool INVC, int G = 1>
 __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp, int lane, const float* acc,
                                            float* red) {
@@ -685,13 +680,19 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
 // PF = 1: the main loop is software-pipelined (the next step's loads are issued
 // before this step is computed: twice the registers for loads); PF = 0: a step
 // is loaded, then computed, and the warp has nothing in flight while it computes.
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC>
+// G > 1: the CTA is G such groups of 8 warps, group r taking unit G * blockIdx.x + r, each exactly as
+// a CTA of G = 1 would (its own reduction space and barriers: pti_finish), so that the G groups, started
+// together, read each activation line at nearly the same time and all but the first find it in L1 (past
+// 16 rows the activations' re-reads through L2 bound the kernels: docs/perf.md, session 21).
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC, int G = 1>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     constexpr int S = NTW * RG * MT;
+    static_assert(G == 1 || (!INVC && NTW == 1 && RG == 1), "groups: one twin, one row group each, no inv CTAs");
     extern __shared__ __align__(16) unsigned char pti_smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int unit = blockIdx.x;
+    const int warp = G == 1 ? threadIdx.x >> 5 : (threadIdx.x >> 5) & 7, lane = threadIdx.x & 31;
+    int unit = G == 1 ? blockIdx.x : blockIdx.x * G + (threadIdx.x >> 8);
     pti_pdl_trigger();
+    if (G > 1 && unit >= (a.N + 15) / 16) return;   // the last CTA's groups past the matrix (no CTA-wide barrier follows)
     if (INVC && a.n_inv) {   // the inv CTAs first: dispatched first, so done before the epilogues
         if (unit < a.n_inv) {
             pti_pdl_wait();
@@ -768,147 +769,16 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     }
     for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
         pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, k);
-    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc, (float*)pti_smem);
+    pti_finish<TIN, TOUT, NTW, RG, MT, INVC, G>(a, unit, warp, lane, acc,
+                                                 (float*)pti_smem + (G == 1 ? 0 : (threadIdx.x >> 8) * PTI_FINISH_FLOATS(S)));
     if (INVC && TOUT == 0 && a.invo[0] && unit == 0)   // a residual launch: the next matmul's inv pending
         for (int rr = threadIdx.x; rr < a.M[0] + a.M[1]; rr += 256)
             (rr < a.M[0] ? a.invo[0] : a.invo[1])[rr < a.M[0] ? rr : rr - a.M[0]] = __uint_as_float(PTI_INV_PENDING);
 }
 
-// ------------------------------------------------ staged kernel (sm_90+, 9 to 64 rows)
-// Past 16 rows the kernels above are bound by their activation reads: every CTA reads all of x
-// (M rows x K) for 16 rows of weights, M / 8 times the weights' bytes, through L1 and L2
-// (docs/perf.md, session 21).  Here a CTA is G groups of 8 warps, group r computing row group
-// G * blockIdx.x + r exactly as a CTA of pti_mm_tc with RG = 1 does (warp w: the blocks b = w mod 8
-// in order; pti_finish per group, warps in order: the same bits), and each step's activations are
-// read once for the G groups into shared memory.  The steps (8U blocks: the G row groups' weights
-// and scales, contiguous per row group, and x's 8U x 32 columns of each row) come into a ring of
-// stages by cp.async.bulk, completion counted in bytes on the stage's mbarrier, issued by warp 0:
-// ST - 1 steps in flight whatever the registers.  The host launches it on sm_90+ for one twin, M <=
-// 8 MT rows, vec_ok and whole steps (K a multiple of 256U), else a pti_mm_tc variant (same bits).
-#define PTI_BAR_BYTES 128   // up to 16 stages' mbarriers, in front of the ring
-
-__device__ __forceinline__ unsigned pti_smem_u32(const void* p) {
-    unsigned r;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-    return r;
-}
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void pti_bulk_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void pti_bar_expect(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void pti_bar_wait(unsigned bar, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
-}
-#endif
-
-// One stage: [G][8U blocks][512 B] weights, [G][8U][32 B] scales, then x's rows of 8U x 64 bytes,
-// XS apart (64 more: the 8 lanes of a quarter-warp read two rows, in the two halves of the banks).
-template <int G, int MT, int U>
-struct PtiStaged {
-    static constexpr int QB = U * 8 * 512, SB = U * 8 * 32, XB = U * 8 * 64, XS = XB + 64;
-    static constexpr int X0 = G * (QB + SB), BYTES = X0 + MT * 8 * XS;
-    static constexpr int FIN = 16384 + 512 + MT * 512;   // one group's pti_finish space (red, inv, residual)
-};
-
-template <int G, int MT, int U>
-__device__ __forceinline__ void pti_stage_w(const PtiArgs& a, unsigned dst, unsigned bar, int unit0, int step,
-                                            int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using L = PtiStaged<G, MT, U>;
-    if (lane < G) {   // a row group past the matrix (the last CTA) reads the last one, never stored
-        const int groups = (a.N + 15) / 16, rg = unit0 + lane < groups ? unit0 + lane : groups - 1;
-        const pti_u64 blk = (pti_u64)rg * a.nb + step * 8 * U;
-        pti_bulk_g2s(dst + lane * L::QB, a.q[0] + blk * 32, L::QB, bar);
-        pti_bulk_g2s(dst + G * L::QB + lane * L::SB, a.s[0] + blk * 8, L::SB, bar);
-    }
-#endif
-}
-template <int G, int MT, int U>
-__device__ __forceinline__ void pti_stage_x(const PtiArgs& a, unsigned dst, unsigned bar, int step, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using L = PtiStaged<G, MT, U>;
-    for (int m = lane; m < a.M[0]; m += 32)   // rows past M are not read in: their outputs are not stored
-        pti_bulk_g2s(dst + L::X0 + m * L::XS, a.x[0] + (pti_u64)m * a.ldx + step * 8 * U * 32, L::XB, bar);
-#endif
-}
-
-template <int TIN, int TOUT, int G, int MT, int U>
-__device__ __forceinline__ void pti_mm_staged(const PtiArgs& a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using L = PtiStaged<G, MT, U>;
-    extern __shared__ __align__(16) unsigned char pti_smem[];
-    const int grp = threadIdx.x >> 8, warp = (threadIdx.x >> 5) & 7, lane = threadIdx.x & 31;
-    const int unit0 = blockIdx.x * G;
-    pti_pdl_trigger();
-    unsigned dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    const int ST = ((int)dyn - PTI_BAR_BYTES) / L::BYTES;   // the host gives 2 to 16 stages
-    const unsigned bars = pti_smem_u32(pti_smem), ring = bars + PTI_BAR_BYTES;
-    const unsigned char* ring_p = pti_smem + PTI_BAR_BYTES;
-    const int nsteps = a.nb / (8 * U);
-    const unsigned tx = L::X0 + a.M[0] * L::XB;
-    const bool producer = threadIdx.x < 32;
-    if (producer) {   // the first stages' weights before the wait: weights never change
-        if (lane == 0) {
-            for (int s = 0; s < ST; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bars + 8 * s));
-            asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
-            for (int j = 0; j < ST && j < nsteps; ++j) pti_bar_expect(bars + 8 * j, tx);
-        }
-        __syncwarp();
-        for (int j = 0; j < ST && j < nsteps; ++j) pti_stage_w<G, MT, U>(a, ring + j * L::BYTES, bars + 8 * j, unit0, j, lane);
-    }
-    const PtiCvt k = pti_cvt_masks<TIN>((unsigned)a.vec_ok >> 31);
-    float acc[MT * 4];
-#pragma unroll
-    for (int i = 0; i < MT * 4; ++i) acc[i] = 0.f;
-    pti_pdl_wait();
-    if (producer)
-        for (int j = 0; j < ST && j < nsteps; ++j) pti_stage_x<G, MT, U>(a, ring + j * L::BYTES, bars + 8 * j, j, lane);
-    __syncthreads();   // the mbarriers are initialised before anyone waits on them
-    const int xoff = L::X0 + (lane >> 2) * L::XS + (lane & 3) * 16;
-#pragma unroll 1
-    for (int j = 0; j < nsteps; ++j) {
-        const int s = j % ST;
-        pti_bar_wait(bars + 8 * s, (j / ST) & 1);
-        const unsigned char* p = ring_p + s * L::BYTES;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int b = warp + 8 * u;
-            const uint4 w = *(const uint4*)(p + grp * L::QB + b * 512 + lane * 16);
-            const unsigned sv = *(const unsigned*)(p + G * L::QB + grp * L::SB + b * 32 + (lane >> 2) * 4);
-            const unsigned char* xp = p + xoff + b * 64;
-            pti_block_rows<TIN, MT, pti_lean<TIN, MT, U>()>(
-                w, sv, [&](int mt) { return *(const uint4*)(xp + mt * 8 * L::XS); }, acc, k);
-        }
-        __syncthreads();   // every warp is done with stage s: refill it
-        if (producer && j + ST < nsteps) {
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            if (lane == 0) pti_bar_expect(bars + 8 * s, tx);
-            __syncwarp();
-            pti_stage_w<G, MT, U>(a, ring + s * L::BYTES, bars + 8 * s, unit0, j + ST, lane);
-            pti_stage_x<G, MT, U>(a, ring + s * L::BYTES, bars + 8 * s, j + ST, lane);
-        }
-    }
-    // the ring is spent (its last stage was read before the loop's last barrier): each group's
-    // reduction space lies over it
-    pti_finish<TIN, TOUT, 1, 1, MT, false, G>(a, unit0 + grp, warp, lane, acc,
-                                                (float*)(pti_smem + PTI_BAR_BYTES + grp * L::FIN));
-#else
-    __trap();   // the host launches it on sm_90+ only
-#endif
-}
-
-#define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC)                               \
-    extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
+#define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC) PTI_TC_G(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC, 1)
+#define PTI_TC_G(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC, G)                            \
+    extern "C" __global__ void __launch_bounds__(256 * G, MINB) NAME(                          \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok,                            \
@@ -918,9 +788,11 @@ __device__ __forceinline__ void pti_mm_staged(const PtiArgs& a) {
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
                            N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {inva, invb},    \
                            {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv, h16};          \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC>(a);                                     \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC, G>(a);                                  \
     }
 #define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false)
+// "_c{G}": G groups of 8 warps a CTA (pti_mm_tc), one row group each; MINB counts CTAs of 256 G threads.
+#define PTI_TC_C(NAME, TIN, TOUT, MT, U, G, MINB) PTI_TC_G(NAME, TIN, TOUT, 1, 1, MT, U, 0, MINB, false, G)
 // "_i1": the same variant in the inv CTAs' form (PtiArgs; more than 8 rows, one twin): its own
 // instantiation, so that the plain variants' code is not touched by it.
 #define PTI_TC_I(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, true)
@@ -961,30 +833,13 @@ __device__ __forceinline__ void pti_mm_staged(const PtiArgs& a) {
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_i1, TIN, TOUT, 1, 1, 2, 1, 0, 4)    \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m4_u2_i1, TIN, TOUT, 1, 1, 4, 2, 0, 2)    \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m4_u1_i1, TIN, TOUT, 1, 1, 4, 1, 0, 3)    \
-    PTI_TC_I(pti_mm_##TAG##_t1_r1_m8_u1_i1, TIN, TOUT, 1, 1, 8, 1, 0, 1)
-
-// The staged kernels: pti_mm_{tag}_t1_g{G}_m{MT}_u{U}, 256 G threads (pti_mm_staged); dynamic shared
-// memory from the host: 128 B of mbarriers, then ST stages (at least G * FIN bytes).
-#define PTI_ST(NAME, TIN, TOUT, G, MT, U)                                                       \
-    extern "C" __global__ void __launch_bounds__(256 * G, 1) NAME(                             \
-        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
-        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok,                            \
-        const float* pina, const float* pinb, int ng, float eps, const float* inva,            \
-        const float* invb, unsigned short* uoa, unsigned short* uob, float* poa, float* pob,   \
-        const float* ga, const float* gb, float* ioa, float* iob, int n_inv, int h16) {        \
-        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {inva, invb},    \
-                           {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv, h16};          \
-        pti_mm_staged<TIN, TOUT, G, MT, U>(a);                                                 \
-    }
-#define PTI_ST_ALL(TAG, TIN, TOUT)                          \
-    PTI_ST(pti_mm_##TAG##_t1_g2_m2_u1, TIN, TOUT, 2, 2, 1)  \
-    PTI_ST(pti_mm_##TAG##_t1_g4_m2_u1, TIN, TOUT, 4, 2, 1)  \
-    PTI_ST(pti_mm_##TAG##_t1_g2_m4_u1, TIN, TOUT, 2, 4, 1)  \
-    PTI_ST(pti_mm_##TAG##_t1_g4_m4_u1, TIN, TOUT, 4, 4, 1)  \
-    PTI_ST(pti_mm_##TAG##_t1_g2_m8_u1, TIN, TOUT, 2, 8, 1)  \
-    PTI_ST(pti_mm_##TAG##_t1_g4_m8_u1, TIN, TOUT, 4, 8, 1)
+    PTI_TC_I(pti_mm_##TAG##_t1_r1_m8_u1_i1, TIN, TOUT, 1, 1, 8, 1, 0, 1) \
+    PTI_TC_C(pti_mm_##TAG##_t1_r1_m2_u1_c2, TIN, TOUT, 2, 1, 2, 2)   \
+    PTI_TC_C(pti_mm_##TAG##_t1_r1_m2_u1_c4, TIN, TOUT, 2, 1, 4, 1)   \
+    PTI_TC_C(pti_mm_##TAG##_t1_r1_m4_u1_c2, TIN, TOUT, 4, 1, 2, 2)   \
+    PTI_TC_C(pti_mm_##TAG##_t1_r1_m4_u1_c4, TIN, TOUT, 4, 1, 4, 1)   \
+    PTI_TC_C(pti_mm_##TAG##_t1_r1_m4_u2_c2, TIN, TOUT, 4, 2, 2, 1)   \
+    PTI_TC_C(pti_mm_##TAG##_t1_r1_m8_u1_c2, TIN, TOUT, 8, 1, 2, 1)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)
@@ -992,11 +847,5 @@ PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
 PTI_TC_ALL(bf16_glu, 0, 2)
 PTI_TC_ALL(f16_glu, 1, 2)   // an h16 model's gate/up (its outputs h16: PtiArgs.h16)
-PTI_ST_ALL(bf16_f32, 0, 0)
-PTI_ST_ALL(bf16_out, 0, 1)
-PTI_ST_ALL(f16_f32, 1, 0)
-PTI_ST_ALL(f16_out, 1, 1)
-PTI_ST_ALL(bf16_glu, 0, 2)
-PTI_ST_ALL(f16_glu, 1, 2)
 
 #endif  // PTI_CUDA

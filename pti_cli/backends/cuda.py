@@ -52,12 +52,10 @@ WIDTHS = {"w": 2.5, "x": 8.0}
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u2_p1", "t1_r1_m2_u3",
                   "t1_r1_m2_u4")
-# The staged kernels (kernels/pti_kernel.hip pti_mm_staged, sm_90+): "t1_g{row groups a CTA}_m{row
-# tiles}_u{blocks a step}", one twin, 256 x g threads, the activations of each step read once a CTA
-# into shared memory; launched only where staged_ok holds (else STAGED_FALLBACK's variant: the same bits).
-STAGED_VARIANTS = ("t1_g2_m2_u1", "t1_g4_m2_u1", "t1_g2_m4_u1", "t1_g4_m4_u1", "t1_g2_m8_u1", "t1_g4_m8_u1")
-STAGED_FALLBACK = {2: "t1_r1_m2_u1", 4: "t1_r1_m4_u1", 8: "t1_r1_m8_u1"}   # by row tiles
-STAGE_BAR_BYTES = 128   # PTI_BAR_BYTES
+# "_c{G}": G groups of 8 warps a CTA, one row group each (kernels/pti_kernel.hip pti_mm_tc), so that
+# the groups' activation reads meet in L1: 256 G threads, G times a CTA's shared memory.
+GROUP_VARIANTS = ("t1_r1_m2_u1_c2", "t1_r1_m2_u1_c4", "t1_r1_m4_u1_c2", "t1_r1_m4_u1_c4", "t1_r1_m4_u2_c2",
+                  "t1_r1_m8_u1_c2")
 TWIN_KERNEL_MAX_ROWS = 8
 # The policy's one-twin variants of two or more row tiles (more than 8 rows) also exist in the inv
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
@@ -122,31 +120,19 @@ def variant_for(twins: int, m: int, width: str = "n") -> str:
 
 def all_variants() -> list[str]:
     return sorted({v for vs in TC_VARIANTS.values() for _, names in vs for v in names.values()} | set(EXTRA_VARIANTS)
-                  | set(STAGED_VARIANTS))
+                  | set(GROUP_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 'i': 0, 'g': 0}; 't1_r1_m1_u4_p1' -> ...
-    'p': 1 (p: the pipelined main loop; i: the inv CTAs' form; g: a staged kernel's row groups a CTA;
-    0 when absent)."""
-    return {"p": 0, "i": 0, "g": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
+    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 'i': 0, 'c': 1}; 't1_r1_m1_u4_p1' -> ...
+    'p': 1 (p: the pipelined main loop; i: the inv CTAs' form; c: groups of 8 warps a CTA; 0 or 1 when
+    absent)."""
+    return {"p": 0, "i": 0, "c": 1, **{p[0]: int(p[1:]) for p in name.split("_")}}
 
 
-def staged_bytes(variant: str) -> tuple[int, int]:
-    """(one stage's bytes, the reduction space of all groups) of a staged variant (PtiStaged)."""
-    v = split_variant(variant)
-    g, mt, u = v["g"], v["m"], v["u"]
-    stage = g * u * 8 * (512 + 32) + mt * 8 * (u * 8 * 64 + 64)
-    return stage, g * (16384 + 512 + mt * 512)
-
-
-def staged_smem(variant: str, max_optin: int) -> int:
-    """The staged variant's dynamic shared memory: its mbarriers and as many stages as fit (2 to 16;
-    PTI_STAGES caps them, for A/B runs), and at least the groups' reduction space."""
-    stage, fin = staged_bytes(variant)
-    cap = int(os.environ.get("PTI_STAGES", "16"))
-    st = max(2, min(16, cap, (max_optin - STAGE_BAR_BYTES) // stage))
-    return STAGE_BAR_BYTES + max(st * stage, fin)
+def groups_of(name: str) -> int:
+    """Groups of 256 threads a CTA of kernel `name` (the "_c{G}" variants: G; else 1)."""
+    return split_variant(name.split("_", 4)[4].removesuffix("_i1"))["c"] if name.startswith("pti_mm_") else 1
 
 
 # the tensor-core kernels' dynamic shared memory (pti_finish): the cross-warp reduction (16 KB), each
@@ -336,9 +322,9 @@ class KernelBackend(Backend):
         for m0 in range(0, total, MAX_ROWS):   # same per-row math in every chunk
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
-            name = self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype, ys[0].dtype,
-                                    rows=packs[0].rows, glu=glu, inv_form=epi is not None and epi.inv_form())
-            self.launch(packs, xc, yc, self.launchable(name, packs, xc),
+            self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
+                                                          ys[0].dtype, rows=packs[0].rows, glu=glu,
+                                                          inv_form=epi is not None and epi.inv_form()),
                         epi.rows(m0, m0 + MAX_ROWS) if epi is not None else None)
 
     def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None,
@@ -368,7 +354,8 @@ class KernelBackend(Backend):
         xp = [x.data_ptr() if x.shape[0] else some for x in xs] + [0]   # (an empty tensor's pointer is 0)
         p0 = packs[0]
         g, nb = p0.q.shape[:2]
-        v = {"r": 1, "g": 0} if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])
+        rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
+        groups = groups_of(name)
         ms = [x.shape[0] for x in xs] + [0]
         ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
         vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
@@ -392,33 +379,7 @@ class KernelBackend(Backend):
                 raise PtiError(f"{name}: a residual epilogue needs float32 outputs")
         elif epi is not None:
             raise PtiError(f"{name} has no norm epilogue")
-        if v["g"]:
-            if not self.staged_ok(packs, xs, v["u"]):
-                raise PtiError(f"{name}: a staged kernel takes one twin's aligned rows over whole steps on sm_90+")
-            return -(-g // v["g"]), vals, types
-        return g // v["r"] + extra, vals, types
-
-    def launchable(self, name: str, packs: list[Packed], xs: list[torch.Tensor]) -> str:
-        """name, or for a staged kernel this launch cannot take (staged_ok) the pti_mm_tc variant of as many
-        row tiles (STAGED_FALLBACK): the same bits."""
-        head, _, variant = name.partition("_t1_g")
-        if not variant:
-            return name
-        v = split_variant("t1_g" + variant)
-        return name if self.staged_ok(packs, xs, v["u"]) else f"{head}_{STAGED_FALLBACK[v['m']]}"
-
-    def staged_ok(self, packs: list[Packed], xs: list[torch.Tensor], u: int = 1) -> bool:
-        """Whether a staged kernel (u blocks a step) may take this launch: sm_90+, one twin, K whole
-        steps of 256 u columns, the activations' rows 16-byte aligned (its bulk copies)."""
-        p, x = packs[0], xs[0]
-        ldx = x.stride(0) if x.shape[0] > 1 else p.cols
-        return (getattr(self, "staged", False) and len(packs) == 1 and p.cols % (256 * u) == 0
-                and ldx % 8 == 0 and x.data_ptr() % 16 == 0)
-
-    def threads(self, name: str) -> int:
-        """Threads a CTA of kernel `name`: 256, or 256 a row group of a staged kernel."""
-        g = split_variant(name.split("_", 4)[4].removesuffix("_i1"))["g"] if name.startswith("pti_mm_") else 0
-        return THREADS * max(g, 1)
+        return (-(-g // groups) if groups > 1 else g // rg) + extra, vals, types
 
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
@@ -540,32 +501,23 @@ class CudaBackend(KernelBackend):
             self.module = _cu(driver.cuModuleLoadData(self.compiled.binary), "cuModuleLoadData")
             names = ["pti_stream_read", "pti_row_inv_rows"] + [f"pti_mmg_{ACT_TAGS[a]}_{o}_t{t}" for t in (1, 2) for a in ACT_TAGS
                                            for o in ("f32", "out")]
-            # the staged kernels: bulk copies and mbarriers, sm_90+ (PTI_STAGED=0: not loaded, for A/B runs)
-            self.staged = major >= 9 and not self.generic and os.environ.get("PTI_STAGED", "1") != "0"
-            variants = [v for v in all_variants() if self.staged or v not in STAGED_VARIANTS]
             if not self.generic:
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
-                          for v in variants]
-                names += [f"pti_mm_{a}_glu_{v}" for a in ("bf16", "f16") for v in variants]
+                          for v in all_variants()]
+                names += [f"pti_mm_{a}_glu_{v}" for a in ("bf16", "f16") for v in all_variants()]
                 names += [f"pti_mm_{t}_{v}_i1" for t in ("bf16_f32", "bf16_out", "bf16_glu", "f16_f32", "f16_out", "f16_glu")
                           for v in INV_VARIANTS]
             carveout = mm_carveout()
-            optin = _cu(driver.cuDeviceGetAttribute(
-                driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, self.device.index),
-                "shared memory per block")
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
-                staged = "_t1_g" in n
-                if staged:   # one CTA a SM, the rest of the SM's memory its ring
-                    set_carveout(driver, f, 100, n)
-                    self.smem[n] = staged_smem(n.split("_", 4)[4], optin)
-                    _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                  self.smem[n]), f"shared memory of {n}")
-                elif carveout is not None:
+                if carveout is not None:
                     set_carveout(driver, f, carveout, n)
                 if n.startswith("pti_mm_"):
-                    self.smem.setdefault(n, SMEM_BYTES)
-                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, self.threads(n), self.smem[n]),
+                    self.smem[n] = SMEM_BYTES * groups_of(n)
+                    if self.smem[n] > 48 << 10:   # past the default limit: asked for
+                        _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                      self.smem[n]), f"shared memory of {n}")
+                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS * groups_of(n), self.smem[n]),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
@@ -574,8 +526,8 @@ class CudaBackend(KernelBackend):
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        launch_kernel(self._drv, self.funcs[name], (grid,), (self.threads(name),), self.smem.get(name, 0), stream,
-                      (vals, types), self.pdl, f"launch {name}")
+        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS * groups_of(name),), self.smem.get(name, 0),
+                      stream, (vals, types), self.pdl, f"launch {name}")
 
     def row_inv(self, p: torch.Tensor, cols: int, eps: float) -> torch.Tensor:
         rows, ng = p.shape

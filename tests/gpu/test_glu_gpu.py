@@ -62,7 +62,7 @@ def test_every_variant_fuses_the_same_bits(backend, ops):
         for m in sorted({1, rows - 3, rows} - {0}):
             xs = [torch.randn(m, k, generator=GEN).bfloat16().cuda() for _ in range(t)]
             ys = [torch.full((m, ffn), float("nan"), dtype=torch.bfloat16, device="cuda") for _ in range(t)]
-            backend.launch(fused.packs[:t], xs, ys, backend.launchable(f"pti_mm_bf16_glu_{v}", fused.packs[:t], xs))
+            backend.launch(fused.packs[:t], xs, ys, f"pti_mm_bf16_glu_{v}")
             for tw in range(t):
                 want = ops.silu_mul(backend.matmul(xs[tw], plain, tw), ffn)
                 assert torch.equal(ys[tw].view(torch.int16), want.view(torch.int16)), (v, m, tw)

@@ -231,8 +231,7 @@ def test_every_variant_gives_the_same_bits(backend, k):
         for m in sorted({1, rows - 3, rows} - {0}):
             xs = [rand_x(m, k, torch.bfloat16) for _ in range(t)]
             ys = [poisoned(m, n, torch.float32) for _ in range(t)]
-            # a staged variant where it cannot take the launch (K = 1000, 1004): its fallback
-            backend.launch(w.packs[:t], xs, ys, backend.launchable(f"pti_mm_bf16_f32_{v}", w.packs[:t], xs))
+            backend.launch(w.packs[:t], xs, ys, f"pti_mm_bf16_f32_{v}")
             for tw in range(t):
                 check_close(ys[tw], xs[tw], *mats[tw], k)
                 for i in range(m):   # the one-row register kernel, row by row
@@ -300,66 +299,11 @@ def test_dependent_chain_with_programmatic_launch(backend):
 
 def test_every_matmul_kernel_has_the_pinned_carveout(backend):
     """Every kernel of the matmul module asks for the same shared-memory carveout (MM_CARVEOUT),
-    so the SM keeps one configuration across the pass's matmuls whatever ran before them; the staged
-    kernels, one CTA a SM with a ring of stages, all of it."""
+    so the SM keeps one configuration across the pass's matmuls whatever ran before them."""
     from cuda.bindings import driver
     from pti_cli.backends.cuda import MM_CARVEOUT
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
     assert len(backend.funcs) > 10
     for name, f in backend.funcs.items():
         err, value = driver.cuFuncGetAttribute(attr, f)
-        assert int(err) == 0 and value == (100 if "_t1_g" in name else MM_CARVEOUT), (name, err, value)
-
-
-@pytest.mark.parametrize("n,k", [(300, 4096), (520, 2304), (4096, 512)])
-def test_staged_kernels_give_the_same_bits(backend, backend_f16, n, k):
-    """The staged kernels (a CTA of 2 or 4 row groups, the activations read once a CTA through a ring
-    of bulk copies; sm_90+) give every row the bits of the one-row kernel, for bf16 and f16 inputs and
-    float32, plain and gate/up outputs; n = 300 and 520 leave the last CTA row groups past the matrix,
-    K = 2304 an odd number of steps.  Where a launch does not suit them (K not whole steps, rows not
-    16-byte aligned) launchable gives the fallback variant, and launching them anyway is refused."""
-    from pti_cli.backends.cuda import STAGED_FALLBACK, STAGED_VARIANTS, split_variant
-    from pti_cli.errors import PtiError
-    q, d = rand_q8(n, k)
-    assert backend.staged == (torch.cuda.get_device_capability()[0] >= 9)
-    if not backend.staged:   # before sm_90 (no bulk copies): never picked, the fallback instead
-        w = backend.weight_from_q8([(q.cuda(), d.cuda())], k)
-        assert backend.launchable("pti_mm_bf16_f32_t1_g4_m8_u1", w.packs, [rand_x(64, k, torch.bfloat16)]) \
-            == "pti_mm_bf16_f32_t1_r1_m8_u1"
-        return
-    for act, dt in (("bf16", torch.bfloat16), ("f16", torch.float16)):
-        be = backend if act == "bf16" else backend_f16
-        w = be.weight_from_q8([(q.cuda(), d.cuda())], k)
-        glu = be.weight_from_q8([(q.cuda(), d.cuda())], k, glu=True) if act == "bf16" and n % 32 == 0 else None
-        for v in STAGED_VARIANTS:
-            rows = 8 * split_variant(v)["m"]
-            for m in sorted({1, rows - 3, rows}):
-                x = rand_x(m, k, dt)
-                for out, dto in (("f32", torch.float32), ("out", dt)):
-                    y = poisoned(m, n, dto)
-                    name = f"pti_mm_{act}_{out}_{v}"
-                    assert be.launchable(name, w.packs, [x]) == name
-                    be.launch(w.packs, [x], [y], name)
-                    one = poisoned(m, n, dto)
-                    for i in range(m):
-                        be.launch(w.packs, [x[i:i + 1]], [one[i:i + 1]], f"pti_mm_{act}_{out}_t1_r1_m1_u8")
-                    bits = torch.int32 if dto == torch.float32 else torch.int16
-                    assert torch.equal(y.view(bits), one.view(bits)), (act, out, v, m)
-                if glu is not None:
-                    y = poisoned(m, n // 2, dt)
-                    be.launch(glu.packs, [x], [y], f"pti_mm_bf16_glu_{v}")
-                    want = poisoned(m, n // 2, dt)
-                    be.launch(glu.packs, [x], [want], f"pti_mm_bf16_glu_{STAGED_FALLBACK[split_variant(v)['m']]}")
-                    assert torch.equal(y.view(torch.int16), want.view(torch.int16)), ("glu", v, m)
-    # launches a staged kernel cannot take
-    w = backend.weight_from_q8([(q.cuda(), d.cuda())], k)
-    x = rand_x(33, k + 4, torch.bfloat16)[:, :k]   # rows 2 * (k + 4) bytes apart: not 16-byte aligned
-    name = "pti_mm_bf16_f32_t1_g4_m8_u1"
-    assert backend.launchable(name, w.packs, [x]) == "pti_mm_bf16_f32_t1_r1_m8_u1"
-    with pytest.raises(PtiError, match="staged kernel"):
-        backend.launch(w.packs, [x], [poisoned(33, n, torch.float32)], name)
-    y, want = poisoned(33, n, torch.float32), poisoned(33, n, torch.float32)
-    backend.launch(w.packs, [x], [y], backend.launchable(name, w.packs, [x]))
-    backend.launch(w.packs, [x.contiguous()], [want], name)
-    assert torch.equal(y.view(torch.int32), want.view(torch.int32))
-
+        assert int(err) == 0 and value == MM_CARVEOUT, (name, err, value)
