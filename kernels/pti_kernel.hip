@@ -434,21 +434,10 @@ __device__ __forceinline__ void pti_inv_from_pin(const PtiArgs& a, float* inv_s,
 // the CTA's outputs (scaled by the rows' inv, or added into the residual stream: PtiArgs).
 // Shared memory: red (16 KB), then inv per (twin, row) (512 B), then the residual's new
 // values per (slot, row, column) (S * 512 B), whose squares make the partial sums.
-// G > 1 (the staged kernel): the CTA is G groups of 256 threads, each finishing its own row group
-// in its own red, with its own named barrier.
-template <int G>
-__device__ __forceinline__ void pti_group_sync() {
-    if (G == 1) __syncthreads();
-    else asm volatile("bar.sync %0, 256;" :: "r"((int)(threadIdx.x >> 8) + 1) : "memory");
-}
-// One group's space in a CTA of G > 1 groups (pti_mm_tc): red, inv, the residual's values of S slots.
-#define PTI_FINISH_FLOATS(S) (4096 + 128 + (S) * 128)
-template <int TIN, int TOUT, int NTW, int RG, int MT, bool INVC, int G = 1>
+template <int TIN, int TOUT, int NTW, int RG, int MT, bool INVC>
 __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp, int lane, const float* acc,
                                            float* red) {
-    static_assert(G == 1 || !INVC, "the inv CTAs' form takes one group of 256 threads");
     constexpr int S = NTW * RG * MT;
-    const int tid = G == 1 ? (int)threadIdx.x : (int)(threadIdx.x & 255);
     float* inv_s = red + 4096;
     float* res_s = inv_s + 128;
     // Only float32 outputs add into the residual stream (the host refuses it elsewhere), so the bf16
@@ -461,15 +450,15 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
         const int rows = a.M[0] + (NTW > 1 ? a.M[1] : 0);
         if (INVC && a.pin[0] && a.inv[0]) {   // the inv CTAs' form (PtiArgs)
             bool pending = false;
-            if (tid < rows) {   // (at most 128 rows)
-                const int tw = tid >= a.M[0], m = tw ? tid - a.M[0] : tid;
+            if (threadIdx.x < rows) {   // (at most 128 rows)
+                const int tw = threadIdx.x >= a.M[0], m = tw ? threadIdx.x - a.M[0] : threadIdx.x;
                 const float v = __ldcg((tw ? a.inv[1] : a.inv[0]) + m);   // written during this launch
                 inv_s[tw * 64 + m] = v;
                 pending = __float_as_uint(v) == PTI_INV_PENDING;
             }
             if (__syncthreads_or(pending)) pti_inv_from_pin(a, inv_s, rows, warp, lane);   // an inv CTA was late
         } else if (a.inv[0]) {
-            for (int rr = tid; rr < rows; rr += 256) {
+            for (int rr = threadIdx.x; rr < rows; rr += 256) {
                 const int tw = rr >= a.M[0], m = tw ? rr - a.M[0] : rr;
                 inv_s[tw * 64 + m] = (tw ? a.inv[1] : a.inv[0])[m];
             }
@@ -483,10 +472,10 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
         for (int s = s0; s < s0 + 4 && s < S; ++s)
             *(float4*)&red[(warp * 4 + s - s0) * 128 + lane * 4] =
                 make_float4(acc[s * 4], acc[s * 4 + 1], acc[s * 4 + 2], acc[s * 4 + 3]);
-        pti_group_sync<G>();
+        __syncthreads();
         const int nslot = S - s0 < 4 ? S - s0 : 4;
         if (TOUT == 2) {   // PTI_GLU: one thread per (gate, up) pair: c0 with c2, c1 with c3
-            for (int idx = tid; idx < nslot * 64; idx += 256) {
+            for (int idx = threadIdx.x; idx < nslot * 64; idx += 256) {
                 const int sl = idx >> 6, l = (idx >> 1) & 31, c = idx & 1;
                 const int i = sl * 128 + l * 4 + c;
                 float g = red[i], u = red[i + 2];
@@ -506,10 +495,10 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
                         (a.h16 & 1) ? pti_bf16_to_h16(pti_glu(g, u)) : pti_glu(g, u);
                 }
             }
-            pti_group_sync<G>();
+            __syncthreads();
             continue;
         }
-        for (int idx = tid; idx < nslot * 128; idx += 256) {
+        for (int idx = threadIdx.x; idx < nslot * 128; idx += 256) {
             const int sl = idx >> 7, l = (idx >> 2) & 31, c = idx & 3;
             float v = red[idx];
 #pragma unroll
@@ -536,10 +525,10 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
                 pti_store<TIN, TOUT>(tw ? a.y[1] : a.y[0], (pti_u64)m * a.ldy + n, v, (a.h16 & 2) != 0);
             }
         }
-        pti_group_sync<G>();
+        __syncthreads();
     }
     if (residual)   // the partial sums of x^2: one per (row, group of 16 columns), columns in order
-        for (int t = tid; t < S * 8; t += 256) {
+        for (int t = threadIdx.x; t < S * 8; t += 256) {
             const int slot = t >> 3, ml = t & 7;
             const int mt = slot % MT, r = (slot / MT) % RG, tw = slot / (MT * RG);
             const int m = mt * 8 + ml;
@@ -674,25 +663,82 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
     for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT, pti_lean<TIN, MT, U>()>(st.w[u], st.s[u], st.x[u], acc, k);
 }
 
+// PF >= 2 (one twin, one row group): each warp streams its steps through a ring of PF steps in shared
+// memory (weights, scales and activations by cp.async, PF - 1 steps in flight), each lane reading back
+// only the bytes it copied itself (so no barrier), then computes them as the register loop does (the
+// same arithmetic, the same order).  Past 16 rows the register kernels hold one or two blocks a warp in
+// flight (their registers go to the accumulators and activations): docs/perf.md, session 21.
+#define PTI_TC_SMEM (16384 + 512 + 16 * 512)   // pti_finish's space (cuda.py SMEM_BYTES); the rings follow
+template <int MT, int U>
+struct PtiRing {   // one warp's slot for one step: per block weights (512 B), scales (128 B: one word a lane), x
+    static constexpr int W = 0, S = U * 512, X = U * 640, BYTES = U * (640 + MT * 512);
+};
+__device__ __forceinline__ void pti_cp16(unsigned dst, const void* src, bool l1) {
+    if (l1) asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+    else asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void pti_cp4(unsigned dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(dst), "l"(src) : "memory");
+}
+template <int MT, int U>
+__device__ __forceinline__ void pti_ring_issue(const PtiPtrs<1, 1, MT>& p, unsigned slot, int i, int lane) {
+    using R = PtiRing<MT, U>;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int b = i * U + u;   // this warp's b-th block
+        pti_cp16(slot + R::W + u * 512 + lane * 16, p.q[0][0] + b * 8 * 32, false);   // weights: no L1
+        pti_cp4(slot + R::S + u * 128 + lane * 4, p.s[0][0] + b * 8 * 8);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)   // activations through L1: the CTAs on this SM read them too
+            pti_cp16(slot + R::X + (u * MT + mt) * 512 + lane * 16, p.x[0][mt] + b * 8 * 4, true);
+    }
+}
+template <int TIN, int MT, int U, int D>
+__device__ __forceinline__ void pti_ring_loop(const PtiPtrs<1, 1, MT>& p, int nsteps, int warp, int lane, float* acc,
+                                              const PtiCvt& k, unsigned char* rings) {
+    using R = PtiRing<MT, U>;
+    unsigned char* ring = rings + warp * D * R::BYTES;
+    unsigned ring_s;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(ring_s) : "l"(ring));
+#pragma unroll
+    for (int i = 0; i < D - 1; ++i) {
+        if (i < nsteps) pti_ring_issue<MT, U>(p, ring_s + i * R::BYTES, i, lane);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+#pragma unroll 1
+    for (int i = 0; i < nsteps; ++i) {
+        // step i + D - 1 into the slot step i - 1 left (read into registers and computed already)
+        if (i + D - 1 < nsteps) pti_ring_issue<MT, U>(p, ring_s + ((i + D - 1) % D) * R::BYTES, i + D - 1, lane);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group %0;" :: "n"(D - 1) : "memory");
+        const unsigned char* slot = ring + (i % D) * R::BYTES;
+        PtiStep<1, 1, MT, U> C;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            C.w[u][0][0] = *(const uint4*)(slot + R::W + u * 512 + lane * 16);
+            C.s[u][0][0] = *(const unsigned*)(slot + R::S + u * 128 + lane * 4);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) C.x[u][0][mt] = *(const uint4*)(slot + R::X + (u * MT + mt) * 512 + lane * 16);
+        }
+        pti_compute_step<TIN>(C, acc, k);
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
 // activation rows, U blocks per warp per step.  256 threads = 8 warps; warp w
 // owns blocks b = w (mod 8), in order; the CTA sums the warps in warp order.
 // PF = 1: the main loop is software-pipelined (the next step's loads are issued
 // before this step is computed: twice the registers for loads); PF = 0: a step
 // is loaded, then computed, and the warp has nothing in flight while it computes.
-// G > 1: the CTA is G such groups of 8 warps, group r taking unit G * blockIdx.x + r, each exactly as
-// a CTA of G = 1 would (its own reduction space and barriers: pti_finish), so that the G groups, started
-// together, read each activation line at nearly the same time and all but the first find it in L1 (past
-// 16 rows the activations' re-reads through L2 bound the kernels: docs/perf.md, session 21).
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC, int G = 1>
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     constexpr int S = NTW * RG * MT;
-    static_assert(G == 1 || (!INVC && NTW == 1 && RG == 1), "groups: one twin, one row group each, no inv CTAs");
+    static_assert(PF < 2 || (NTW == 1 && RG == 1), "the ring loop: one twin, one row group");
     extern __shared__ __align__(16) unsigned char pti_smem[];
-    const int warp = G == 1 ? threadIdx.x >> 5 : (threadIdx.x >> 5) & 7, lane = threadIdx.x & 31;
-    int unit = G == 1 ? blockIdx.x : blockIdx.x * G + (threadIdx.x >> 8);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int unit = blockIdx.x;
     pti_pdl_trigger();
-    if (G > 1 && unit >= (a.N + 15) / 16) return;   // the last CTA's groups past the matrix (no CTA-wide barrier follows)
     if (INVC && a.n_inv) {   // the inv CTAs first: dispatched first, so done before the epilogues
         if (unit < a.n_inv) {
             pti_pdl_wait();
@@ -733,7 +779,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PtiStep<NTW, RG, MT, U> A;
     if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
     pti_pdl_wait();
-    if (PF == 0) {
+    if constexpr (PF == 0) {
         // The unroll is fixed (what NVVM's size heuristic chose for bf16): left to it, the f16 kernels'
         // shorter steps were unrolled further, spilled and ran slower (docs/perf.md, session 19).
 #pragma unroll(U == 1 && MT <= 2 ? 2 : 1)
@@ -743,6 +789,8 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             pti_advance<1, U>(p);
             pti_compute_step<TIN>(C, acc, k);
         }
+    } else if constexpr (PF >= 2) {
+        pti_ring_loop<TIN, MT, U, PF>(p, nsteps, warp, lane, acc, k, pti_smem + PTI_TC_SMEM);
     } else {
         // Two buffers, unrolled by two so that no registers are copied: step i+1's loads are
         // issued before step i is computed, so a warp always has a step in flight.  The loop
@@ -769,16 +817,14 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     }
     for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
         pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, k);
-    pti_finish<TIN, TOUT, NTW, RG, MT, INVC, G>(a, unit, warp, lane, acc,
-                                                 (float*)pti_smem + (G == 1 ? 0 : (threadIdx.x >> 8) * PTI_FINISH_FLOATS(S)));
+    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc, (float*)pti_smem);
     if (INVC && TOUT == 0 && a.invo[0] && unit == 0)   // a residual launch: the next matmul's inv pending
         for (int rr = threadIdx.x; rr < a.M[0] + a.M[1]; rr += 256)
             (rr < a.M[0] ? a.invo[0] : a.invo[1])[rr < a.M[0] ? rr : rr - a.M[0]] = __uint_as_float(PTI_INV_PENDING);
 }
 
-#define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC) PTI_TC_G(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC, 1)
-#define PTI_TC_G(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC, G)                            \
-    extern "C" __global__ void __launch_bounds__(256 * G, MINB) NAME(                          \
+#define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC)                               \
+    extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok,                            \
@@ -788,11 +834,9 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
                            N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {inva, invb},    \
                            {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv, h16};          \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC, G>(a);                                  \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC>(a);                                     \
     }
 #define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false)
-// "_c{G}": G groups of 8 warps a CTA (pti_mm_tc), one row group each; MINB counts CTAs of 256 G threads.
-#define PTI_TC_C(NAME, TIN, TOUT, MT, U, G, MINB) PTI_TC_G(NAME, TIN, TOUT, 1, 1, MT, U, 0, MINB, false, G)
 // "_i1": the same variant in the inv CTAs' form (PtiArgs; more than 8 rows, one twin): its own
 // instantiation, so that the plain variants' code is not touched by it.
 #define PTI_TC_I(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, true)
@@ -834,12 +878,11 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m4_u2_i1, TIN, TOUT, 1, 1, 4, 2, 0, 2)    \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m4_u1_i1, TIN, TOUT, 1, 1, 4, 1, 0, 3)    \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m8_u1_i1, TIN, TOUT, 1, 1, 8, 1, 0, 1) \
-    PTI_TC_C(pti_mm_##TAG##_t1_r1_m2_u1_c2, TIN, TOUT, 2, 1, 2, 2)   \
-    PTI_TC_C(pti_mm_##TAG##_t1_r1_m2_u1_c4, TIN, TOUT, 2, 1, 4, 1)   \
-    PTI_TC_C(pti_mm_##TAG##_t1_r1_m4_u1_c2, TIN, TOUT, 4, 1, 2, 2)   \
-    PTI_TC_C(pti_mm_##TAG##_t1_r1_m4_u1_c4, TIN, TOUT, 4, 1, 4, 1)   \
-    PTI_TC_C(pti_mm_##TAG##_t1_r1_m4_u2_c2, TIN, TOUT, 4, 2, 2, 1)   \
-    PTI_TC_C(pti_mm_##TAG##_t1_r1_m8_u1_c2, TIN, TOUT, 8, 1, 2, 1)
+    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p4, TIN, TOUT, 1, 1, 2, 1, 4, 2) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1_p3, TIN, TOUT, 1, 1, 4, 1, 3, 2) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1_p4, TIN, TOUT, 1, 1, 4, 1, 4, 2) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1_p2, TIN, TOUT, 1, 1, 8, 1, 2, 2) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1_p3, TIN, TOUT, 1, 1, 8, 1, 3, 1)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

@@ -242,26 +242,12 @@ def test_variant_names_match_the_kernel_source():
     from pti_cli.backends.compile import kernel_source
     from pti_cli.backends.cuda import INV_VARIANTS, all_variants, split_variant
 
-    from pti_cli.backends.cuda import GROUP_VARIANTS, groups_of
-    assert split_variant("t1_r1_m1_u4_p1") == {"t": 1, "r": 1, "m": 1, "u": 4, "p": 1, "i": 0, "c": 1}
-    assert split_variant("t2_r2_m1_u2") == {"t": 2, "r": 2, "m": 1, "u": 2, "p": 0, "i": 0, "c": 1}
+    assert split_variant("t1_r1_m1_u4_p1") == {"t": 1, "r": 1, "m": 1, "u": 4, "p": 1, "i": 0}
+    assert split_variant("t2_r2_m1_u2") == {"t": 2, "r": 2, "m": 1, "u": 2, "p": 0, "i": 0}
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_TC\(pti_mm_##TAG##_(\w+), TIN, TOUT, ([\d, ]+)\)", kernel_source())}
-    # the groups' form: (MT, U, G) as the name says, one twin, one row group a group, the plain loop
-    grouped = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
-               for m in re.finditer(r"PTI_TC_C\(pti_mm_##TAG##_(\w+), TIN, TOUT, ([\d, ]+)\)", kernel_source())}
-    assert sorted(grouped) == sorted(GROUP_VARIANTS)
-    for v in GROUP_VARIANTS:
-        sv = split_variant(v)
-        *args, minb = grouped[v]
-        assert tuple(args) == (sv["m"], sv["u"], sv["c"]) and (sv["t"], sv["r"], sv["p"]) == (1, 1, 0), v
-        assert sv["c"] > 1 and groups_of(f"pti_mm_bf16_out_{v}") == sv["c"] and minb in (1, 2), v
-    assert groups_of("pti_mm_bf16_out_t1_r1_m4_u1") == 1 and groups_of("pti_mmg_bf16_out_t1") == 1
-    assert "#define PTI_FINISH_FLOATS(S) (4096 + 128 + (S) * 128)" in kernel_source()   # <= SMEM_BYTES / 4
     assert any(split_variant(v)["p"] for v in all_variants())
     for v in all_variants():
-        if v in grouped:
-            continue
         *args, minb = inst[v]
         assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
         assert minb in (1, 2, 3, 4, 5), v

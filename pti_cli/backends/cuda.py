@@ -52,10 +52,9 @@ WIDTHS = {"w": 2.5, "x": 8.0}
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u2_p1", "t1_r1_m2_u3",
                   "t1_r1_m2_u4")
-# "_c{G}": G groups of 8 warps a CTA, one row group each (kernels/pti_kernel.hip pti_mm_tc), so that
-# the groups' activation reads meet in L1: 256 G threads, G times a CTA's shared memory.
-GROUP_VARIANTS = ("t1_r1_m2_u1_c2", "t1_r1_m2_u1_c4", "t1_r1_m4_u1_c2", "t1_r1_m4_u1_c4", "t1_r1_m4_u2_c2",
-                  "t1_r1_m8_u1_c2")
+# "_p{D}", D >= 2: each warp streams its steps through a ring of D steps in shared memory by cp.async
+# (kernels/pti_kernel.hip pti_ring_loop), after pti_finish's space.
+RING_VARIANTS = ("t1_r1_m2_u1_p4", "t1_r1_m4_u1_p3", "t1_r1_m4_u1_p4", "t1_r1_m8_u1_p2", "t1_r1_m8_u1_p3")
 TWIN_KERNEL_MAX_ROWS = 8
 # The policy's one-twin variants of two or more row tiles (more than 8 rows) also exist in the inv
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
@@ -120,24 +119,26 @@ def variant_for(twins: int, m: int, width: str = "n") -> str:
 
 def all_variants() -> list[str]:
     return sorted({v for vs in TC_VARIANTS.values() for _, names in vs for v in names.values()} | set(EXTRA_VARIANTS)
-                  | set(GROUP_VARIANTS))
+                  | set(RING_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
-    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 'i': 0, 'c': 1}; 't1_r1_m1_u4_p1' -> ...
-    'p': 1 (p: the pipelined main loop; i: the inv CTAs' form; c: groups of 8 warps a CTA; 0 or 1 when
-    absent)."""
-    return {"p": 0, "i": 0, "c": 1, **{p[0]: int(p[1:]) for p in name.split("_")}}
-
-
-def groups_of(name: str) -> int:
-    """Groups of 256 threads a CTA of kernel `name` (the "_c{G}" variants: G; else 1)."""
-    return split_variant(name.split("_", 4)[4].removesuffix("_i1"))["c"] if name.startswith("pti_mm_") else 1
+    """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 'i': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
+    (p: the pipelined main loop; i: the inv CTAs' form; 0 when absent)."""
+    return {"p": 0, "i": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
 
 
 # the tensor-core kernels' dynamic shared memory (pti_finish): the cross-warp reduction (16 KB), each
 # row's inv (512 B), the residual's new values (up to 16 slots x 512 B)
 SMEM_BYTES = 16384 + 512 + 16 * 512
+
+
+def smem_bytes(variant: str) -> int:
+    """A variant's dynamic shared memory: SMEM_BYTES, and for "_p{D}" (D >= 2) its 8 warps' rings of D
+    steps (PtiRing: per block 512 B of weights, 128 of scales, 512 a row tile of activations)."""
+    v = split_variant(variant)
+    ring = 8 * v["p"] * v["u"] * (640 + 512 * v["m"]) if v["p"] >= 2 else 0
+    return SMEM_BYTES + ring
 
 
 @dataclass
@@ -355,7 +356,6 @@ class KernelBackend(Backend):
         p0 = packs[0]
         g, nb = p0.q.shape[:2]
         rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
-        groups = groups_of(name)
         ms = [x.shape[0] for x in xs] + [0]
         ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
         vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
@@ -379,7 +379,7 @@ class KernelBackend(Backend):
                 raise PtiError(f"{name}: a residual epilogue needs float32 outputs")
         elif epi is not None:
             raise PtiError(f"{name} has no norm epilogue")
-        return (-(-g // groups) if groups > 1 else g // rg) + extra, vals, types
+        return g // rg + extra, vals, types
 
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
@@ -510,14 +510,15 @@ class CudaBackend(KernelBackend):
             carveout = mm_carveout()
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
-                if carveout is not None:
-                    set_carveout(driver, f, carveout, n)
+                ring = n.startswith("pti_mm_") and split_variant(n.split("_", 4)[4].removesuffix("_i1"))["p"] >= 2
+                if carveout is not None:   # the ring variants: as much shared memory as the SM has
+                    set_carveout(driver, f, 100 if ring else carveout, n)
                 if n.startswith("pti_mm_"):
-                    self.smem[n] = SMEM_BYTES * groups_of(n)
+                    self.smem[n] = smem_bytes(n.split("_", 4)[4].removesuffix("_i1"))
                     if self.smem[n] > 48 << 10:   # past the default limit: asked for
                         _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                       self.smem[n]), f"shared memory of {n}")
-                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS * groups_of(n), self.smem[n]),
+                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, self.smem[n]),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
@@ -526,8 +527,8 @@ class CudaBackend(KernelBackend):
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS * groups_of(name),), self.smem.get(name, 0),
-                      stream, (vals, types), self.pdl, f"launch {name}")
+        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
+                      (vals, types), self.pdl, f"launch {name}")
 
     def row_inv(self, p: torch.Tensor, cols: int, eps: float) -> torch.Tensor:
         rows, ng = p.shape

@@ -190,34 +190,3 @@ def test_inv_ctas_form_of_every_variant(backend, ops, monkeypatch):
             s = slots.clone()
             got = poisoned_scaled(backend, lin, u, p, rows, s)
             assert (s.view(torch.int32) == -1).all() and torch.equal(got.view(bits), want.view(bits)), (v, kind)
-
-
-def test_group_variants_in_the_epilogues(backend, ops, monkeypatch):
-    """Each "_c{G}" variant (G groups of 8 warps a CTA), picked through PTI_VARIANTS for its rows, as the
-    residual launch (x, u and the partial sums) and as the scaled launch (plain, float32 and gate/up
-    outputs) gives the bits of the same variant with one group a CTA; the residual matrix's 520 rows leave
-    the last CTA groups past the matrix, and its K = 1000 and the others' 520 take the guarded tail."""
-    from pti_cli.backends.cuda import GROUP_VARIANTS, TC_VARIANTS, split_variant
-    n, k = 1000, 520
-    res_w, lin_w = [rand_q8(k, n)], {kind: [rand_q8(1024, k)] for kind in ("out", "f32", "glu")}
-    g = norm_weights(1, k)
-    for v in GROUP_VARIANTS:
-        rows = 8 * split_variant(v)["m"] - 3
-        limit = next(lim for lim, _ in TC_VARIANTS[1] if rows <= lim)
-        a = torch.randn(rows, n, generator=GEN).bfloat16().to(DEV)
-        x0 = (torch.randn(rows, k, generator=GEN) * 2).to(DEV)
-        got = {}
-        for form in (v, v.rsplit("_", 1)[0]):
-            monkeypatch.setenv("PTI_VARIANTS", ";".join(f"1:{limit}:{w}={form}" for w in "nwx"))
-            res = make_linear(res_w, DEV, backend)
-            x = x0.clone()
-            torch.empty(4096, dtype=torch.float32, device=DEV).fill_(1.5)   # poison what torch.empty may reuse
-            u, p, _ = res.residual(a, x, g, rows)
-            outs = [x, u, p]
-            for kind, w in lin_w.items():
-                lin = make_linear(w, DEV, backend, out_f32=kind == "f32", glu=kind == "glu")
-                outs.append(lin.scaled(u, p, 1e-5, rows))
-            got[form] = outs
-        for i, (s, f) in enumerate(zip(*got.values())):
-            assert s.shape == f.shape and not torch.isnan(s.float()).any(), (v, i)
-            assert torch.equal(s.view(torch.uint8), f.view(torch.uint8)), (v, i)
