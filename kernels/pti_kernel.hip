@@ -663,68 +663,6 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
     for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT, pti_lean<TIN, MT, U>()>(st.w[u], st.s[u], st.x[u], acc, k);
 }
 
-// PF >= 2 (one twin, one row group): each warp streams its steps through a ring of PF steps in shared
-// memory (weights, scales and activations by cp.async, PF - 1 steps in flight), each lane reading back
-// only the bytes it copied itself (so no barrier), then computes them as the register loop does (the
-// same arithmetic, the same order).  Past 16 rows the register kernels hold one or two blocks a warp in
-// flight (their registers go to the accumulators and activations): docs/perf.md, session 21.
-#define PTI_TC_SMEM (16384 + 512 + 16 * 512)   // pti_finish's space (cuda.py SMEM_BYTES); the rings follow
-template <int MT, int U>
-struct PtiRing {   // one warp's slot for one step: per block weights (512 B), scales (128 B: one word a lane), x
-    static constexpr int W = 0, S = U * 512, X = U * 640, BYTES = U * (640 + MT * 512);
-};
-__device__ __forceinline__ void pti_cp16(unsigned dst, const void* src, bool l1) {
-    if (l1) asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
-    else asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void pti_cp4(unsigned dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(dst), "l"(src) : "memory");
-}
-template <int MT, int U>
-__device__ __forceinline__ void pti_ring_issue(const PtiPtrs<1, 1, MT>& p, unsigned slot, int i, int lane) {
-    using R = PtiRing<MT, U>;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int b = i * U + u;   // this warp's b-th block
-        pti_cp16(slot + R::W + u * 512 + lane * 16, p.q[0][0] + b * 8 * 32, false);   // weights: no L1
-        pti_cp4(slot + R::S + u * 128 + lane * 4, p.s[0][0] + b * 8 * 8);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)   // activations through L1: the CTAs on this SM read them too
-            pti_cp16(slot + R::X + (u * MT + mt) * 512 + lane * 16, p.x[0][mt] + b * 8 * 4, true);
-    }
-}
-template <int TIN, int MT, int U, int D>
-__device__ __forceinline__ void pti_ring_loop(const PtiPtrs<1, 1, MT>& p, int nsteps, int warp, int lane, float* acc,
-                                              const PtiCvt& k, unsigned char* rings) {
-    using R = PtiRing<MT, U>;
-    unsigned char* ring = rings + warp * D * R::BYTES;
-    unsigned ring_s;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(ring_s) : "l"(ring));
-#pragma unroll
-    for (int i = 0; i < D - 1; ++i) {
-        if (i < nsteps) pti_ring_issue<MT, U>(p, ring_s + i * R::BYTES, i, lane);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-#pragma unroll 1
-    for (int i = 0; i < nsteps; ++i) {
-        // step i + D - 1 into the slot step i - 1 left (read into registers and computed already)
-        if (i + D - 1 < nsteps) pti_ring_issue<MT, U>(p, ring_s + ((i + D - 1) % D) * R::BYTES, i + D - 1, lane);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-        asm volatile("cp.async.wait_group %0;" :: "n"(D - 1) : "memory");
-        const unsigned char* slot = ring + (i % D) * R::BYTES;
-        PtiStep<1, 1, MT, U> C;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            C.w[u][0][0] = *(const uint4*)(slot + R::W + u * 512 + lane * 16);
-            C.s[u][0][0] = *(const unsigned*)(slot + R::S + u * 128 + lane * 4);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) C.x[u][0][mt] = *(const uint4*)(slot + R::X + (u * MT + mt) * 512 + lane * 16);
-        }
-        pti_compute_step<TIN>(C, acc, k);
-    }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-}
-
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
 // activation rows, U blocks per warp per step.  256 threads = 8 warps; warp w
 // owns blocks b = w (mod 8), in order; the CTA sums the warps in warp order.
@@ -734,7 +672,6 @@ __device__ __forceinline__ void pti_ring_loop(const PtiPtrs<1, 1, MT>& p, int ns
 template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     constexpr int S = NTW * RG * MT;
-    static_assert(PF < 2 || (NTW == 1 && RG == 1), "the ring loop: one twin, one row group");
     extern __shared__ __align__(16) unsigned char pti_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int unit = blockIdx.x;
@@ -779,7 +716,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PtiStep<NTW, RG, MT, U> A;
     if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
     pti_pdl_wait();
-    if constexpr (PF == 0) {
+    if (PF == 0) {
         // The unroll is fixed (what NVVM's size heuristic chose for bf16): left to it, the f16 kernels'
         // shorter steps were unrolled further, spilled and ran slower (docs/perf.md, session 19).
 #pragma unroll(U == 1 && MT <= 2 ? 2 : 1)
@@ -789,8 +726,6 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             pti_advance<1, U>(p);
             pti_compute_step<TIN>(C, acc, k);
         }
-    } else if constexpr (PF >= 2) {
-        pti_ring_loop<TIN, MT, U, PF>(p, nsteps, warp, lane, acc, k, pti_smem + PTI_TC_SMEM);
     } else {
         // Two buffers, unrolled by two so that no registers are copied: step i+1's loads are
         // issued before step i is computed, so a warp always has a step in flight.  The loop
@@ -877,12 +812,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_i1, TIN, TOUT, 1, 1, 2, 1, 0, 4)    \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m4_u2_i1, TIN, TOUT, 1, 1, 4, 2, 0, 2)    \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m4_u1_i1, TIN, TOUT, 1, 1, 4, 1, 0, 3)    \
-    PTI_TC_I(pti_mm_##TAG##_t1_r1_m8_u1_i1, TIN, TOUT, 1, 1, 8, 1, 0, 1) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m2_u1_p4, TIN, TOUT, 1, 1, 2, 1, 4, 2) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1_p3, TIN, TOUT, 1, 1, 4, 1, 3, 2) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m4_u1_p4, TIN, TOUT, 1, 1, 4, 1, 4, 2) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1_p2, TIN, TOUT, 1, 1, 8, 1, 2, 2) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m8_u1_p3, TIN, TOUT, 1, 1, 8, 1, 3, 1)
+    PTI_TC_I(pti_mm_##TAG##_t1_r1_m8_u1_i1, TIN, TOUT, 1, 1, 8, 1, 0, 1)
 
 PTI_TC_ALL(bf16_f32, 0, 0)
 PTI_TC_ALL(bf16_out, 0, 1)

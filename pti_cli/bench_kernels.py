@@ -92,7 +92,7 @@ def random_packs(backend, n: int, k: int, copies: int):
 
 def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: str | None = None) -> list[Row]:
     twins = 2 if kind == "ssq16" else 1
-    from .backends.cuda import TWIN_KERNEL_MAX_ROWS, split_variant
+    from .backends.cuda import TWIN_KERNEL_MAX_ROWS
     one = random_packs(backend, n, k, 1)[0]
     copies = max(2, math.ceil(WORKING_SET / (one.nbytes * twins)))
     packs = [one] + random_packs(backend, n, k, copies * twins - 1)
@@ -100,12 +100,13 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
     reps = max(20, 2 * copies)
     rows, t1 = [], None
     if variant is not None:   # an explicit variant serves at most 8 rows per tile it has
+        from .backends.cuda import split_variant
         ms = [m for m in ms if m <= 8 * split_variant(variant)["m"] and m in (1, 8, 16, 32, 64)]
     for m in ms:
         xs = [torch.randn(m, k, device=backend.device).to(backend.act_dtype) for _ in range(twins)]
         ys = [torch.empty(m, n, device=backend.device, dtype=backend.act_dtype) for _ in range(twins)]
-        # as matmul_twins: two one-twin launches past its row limit, or for a one-twin variant asked for
-        split = twins == 2 and (m > TWIN_KERNEL_MAX_ROWS if variant is None else split_variant(variant)["t"] == 1)
+        # as matmul_twins: two one-twin launches past its row limit (unless a twin variant is asked for)
+        split = twins == 2 and m > TWIN_KERNEL_MAX_ROWS and variant is None
         name = backend.kernel_name(1 if split else twins, m, backend.act_dtype, backend.act_dtype, variant, rows=n)
         if name not in backend.funcs:
             raise PtiError(f"no kernel {name}")

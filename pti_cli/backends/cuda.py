@@ -52,9 +52,6 @@ WIDTHS = {"w": 2.5, "x": 8.0}
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u2_p1", "t1_r1_m2_u3",
                   "t1_r1_m2_u4")
-# "_p{D}", D >= 2: each warp streams its steps through a ring of D steps in shared memory by cp.async
-# (kernels/pti_kernel.hip pti_ring_loop), after pti_finish's space.
-RING_VARIANTS = ("t1_r1_m2_u1_p4", "t1_r1_m4_u1_p3", "t1_r1_m4_u1_p4", "t1_r1_m8_u1_p2", "t1_r1_m8_u1_p3")
 TWIN_KERNEL_MAX_ROWS = 8
 # The policy's one-twin variants of two or more row tiles (more than 8 rows) also exist in the inv
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
@@ -118,8 +115,7 @@ def variant_for(twins: int, m: int, width: str = "n") -> str:
 
 
 def all_variants() -> list[str]:
-    return sorted({v for vs in TC_VARIANTS.values() for _, names in vs for v in names.values()} | set(EXTRA_VARIANTS)
-                  | set(RING_VARIANTS))
+    return sorted({v for vs in TC_VARIANTS.values() for _, names in vs for v in names.values()} | set(EXTRA_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
@@ -131,14 +127,6 @@ def split_variant(name: str) -> dict[str, int]:
 # the tensor-core kernels' dynamic shared memory (pti_finish): the cross-warp reduction (16 KB), each
 # row's inv (512 B), the residual's new values (up to 16 slots x 512 B)
 SMEM_BYTES = 16384 + 512 + 16 * 512
-
-
-def smem_bytes(variant: str) -> int:
-    """A variant's dynamic shared memory: SMEM_BYTES, and for "_p{D}" (D >= 2) its 8 warps' rings of D
-    steps (PtiRing: per block 512 B of weights, 128 of scales, 512 a row tile of activations)."""
-    v = split_variant(variant)
-    ring = 8 * v["p"] * v["u"] * (640 + 512 * v["m"]) if v["p"] >= 2 else 0
-    return SMEM_BYTES + ring
 
 
 @dataclass
@@ -510,15 +498,11 @@ class CudaBackend(KernelBackend):
             carveout = mm_carveout()
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
-                ring = n.startswith("pti_mm_") and split_variant(n.split("_", 4)[4].removesuffix("_i1"))["p"] >= 2
-                if carveout is not None:   # the ring variants: as much shared memory as the SM has
-                    set_carveout(driver, f, 100 if ring else carveout, n)
+                if carveout is not None:
+                    set_carveout(driver, f, carveout, n)
                 if n.startswith("pti_mm_"):
-                    self.smem[n] = smem_bytes(n.split("_", 4)[4].removesuffix("_i1"))
-                    if self.smem[n] > 48 << 10:   # past the default limit: asked for
-                        _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                      self.smem[n]), f"shared memory of {n}")
-                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, self.smem[n]),
+                    self.smem[n] = SMEM_BYTES
+                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends

@@ -299,13 +299,11 @@ def test_dependent_chain_with_programmatic_launch(backend):
 
 def test_every_matmul_kernel_has_the_pinned_carveout(backend):
     """Every kernel of the matmul module asks for the same shared-memory carveout (MM_CARVEOUT),
-    so the SM keeps one configuration across the pass's matmuls whatever ran before them; the ring
-    variants ("_p{D}", D >= 2) all of it."""
+    so the SM keeps one configuration across the pass's matmuls whatever ran before them."""
     from cuda.bindings import driver
-    from pti_cli.backends.cuda import MM_CARVEOUT, split_variant
+    from pti_cli.backends.cuda import MM_CARVEOUT
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
     assert len(backend.funcs) > 10
     for name, f in backend.funcs.items():
         err, value = driver.cuFuncGetAttribute(attr, f)
-        ring = name.startswith("pti_mm_") and split_variant(name.split("_", 4)[4].removesuffix("_i1"))["p"] >= 2
-        assert int(err) == 0 and value == (100 if ring else MM_CARVEOUT), (name, err, value)
+        assert int(err) == 0 and value == MM_CARVEOUT, (name, err, value)
