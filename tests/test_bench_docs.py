@@ -97,6 +97,21 @@ def test_main_readme_kernel_range_matches_the_kernel_json(act):
     assert f"{lo:.1f}% to {hi:.1f}% of the read bandwidth at one row{tail}" in text
 
 
+def test_main_readme_row_ratios_match_the_f16_kernel_json():
+    """The README's t(32 rows) / t(1 row) and t(64) / t(1) ranges: the policy's rows (not the extra
+    variants a table also times) of the latest f16 kernel table."""
+    runs = [json.loads(p.read_text()) for p in sorted(BENCH.glob("kernels_h200_*.json"))]
+    d = [r for r in runs if r.get("act", "bf16") == "f16"][-1]
+    ratio = {32: [], 64: []}
+    for r in d["rows"]:
+        if r["m"] in ratio:   # only the policy's rows time 32 and 64 rows in pti bench --kernels
+            ratio[r["m"]].append(r["vs_m1"])
+    assert all(len(v) == 8 for v in ratio.values())   # 4 matrices x (Q8, SSQ16)
+    text = " ".join(README.read_text().split())
+    lo32, hi32, lo64, hi64 = min(ratio[32]), max(ratio[32]), min(ratio[64]), max(ratio[64])
+    assert f"takes {lo32:.2f}-{hi32:.2f} and {lo64:.2f}-{hi64:.2f} times its one-row time" in text
+
+
 def test_main_readme_bandwidth_math_quotes_the_8b_run():
     """The README's worked example (bytes per pass, bandwidth, ceiling) is the committed run's."""
     d = json.loads((BENCH / "bench_8b.json").read_text())
