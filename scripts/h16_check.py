@@ -56,7 +56,7 @@ def main(model: str, ids_path: str, steps: int = 64) -> None:
         kv = port.new_kv()
         logits[form] = port.forward([(kv, 0, ids)]).cpu()
         toks = [int(logits[form][-1].argmax())]
-        for _ in range(steps - 1):   # one pass a token, eager: the arithmetic of the graphs' passes
+        for _ in range(steps - 1):   # one pass a token, through the passes plain decoding runs
             toks.append(int(port.forward([(kv, 0, toks[-1:])])[-1].argmax()))
         greedy[form] = toks
         print(f"{form}: matrices with h16 inputs: {', '.join(roles) or 'none'}")
