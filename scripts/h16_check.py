@@ -61,8 +61,6 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=64)
     args = ap.parse_args()
     from pti_cli.api import Pti
-    from pti_cli.backends.torch_ref import TorchRefBackend
-    from pti_cli.model import Model
     from pti_cli.prompts import read_file
     from pti_cli.ssq.read import SSQFile
 
@@ -73,10 +71,10 @@ def main() -> None:
         pack(path, None, Path(tmp.name) / "model.ssq")
         path = Path(tmp.name) / "model.ssq"
     ssq = SSQFile(path)
-    cpu = Pti(path, backend="torch")
+    cpu = Pti(path, backend="torch")   # the tokenizer, and the float32 reference forward (cpu.model)
     prompts = [cpu.encode(p) for f in args.prompts for p in read_file(Path(f))]
     runs = gpu_runs(ssq, prompts, args.steps)
-    ref = Model(ssq, TorchRefBackend(), twins="a")
+    ref = cpu.model
     pairs = (("h16", "bf16"), ("h16", "cpu"), ("bf16", "cpu"))
     worst = {p: 0.0 for p in pairs}
     agree = {p: [0, 0] for p in pairs}

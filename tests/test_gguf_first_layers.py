@@ -61,16 +61,42 @@ def test_first_layers_keeps_what_it_should(tmp_path, keep):
     assert len(b.tensors) == 2 + 2 * keep   # the embedding and the final norm, two tensors a layer
 
 
+def _two_layers(src: Path, dst: Path) -> None:
+    """src (a one-layer GGUF) with its layer 0 also as layer 1 and block_count 2."""
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(str(dst), "llama")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(f.name, 2 if f.name == "llama.block_count" else f.contents(), f.types[0], sub_type=sub)
+    for t in r.tensors:
+        w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    for t in r.tensors:
+        if t.name.startswith("blk.0."):
+            w.add_tensor("blk.1." + t.name[6:], t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def test_first_layers_is_loadable_by_pti(tmp_path):
-    """The output is a model pti packs: the default test model's GGUF (tests/source_helpers.make_gguf,
-    one layer) cut to its one layer packs, and the .ssq holds one layer."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    """The output is a model pti packs: a two-layer llama GGUF (the test model's layer twice) cut to its
+    first layer packs, and the .ssq is the one-layer model's (one layer, the same config and tensors)."""
     from source_helpers import make_gguf
 
     from pti_cli.pack import pack
     from pti_cli.ssq.read import SSQFile
-    make_gguf(tmp_path / "m.gguf")
-    _script().main(str(tmp_path / "m.gguf"), str(tmp_path / "first.gguf"), 1)
-    pack(tmp_path / "first.gguf", None, tmp_path / "m.ssq")
-    ssq = SSQFile(tmp_path / "m.ssq")
-    assert ssq.metadata["llama.block_count"] == 1
+    make_gguf(tmp_path / "one.gguf")
+    _two_layers(tmp_path / "one.gguf", tmp_path / "two.gguf")
+    pack(tmp_path / "two.gguf", None, tmp_path / "two.ssq")
+    assert SSQFile(tmp_path / "two.ssq").metadata["llama.block_count"] == 2
+    _script().main(str(tmp_path / "two.gguf"), str(tmp_path / "first.gguf"), 1)
+    pack(tmp_path / "first.gguf", None, tmp_path / "first.ssq")
+    pack(tmp_path / "one.gguf", None, tmp_path / "one.ssq")
+    first, one = SSQFile(tmp_path / "first.ssq"), SSQFile(tmp_path / "one.ssq")
+    assert first.metadata["llama.block_count"] == 1
+    assert sorted(first.tensor_names) == sorted(one.tensor_names)
+    for name in one.tensor_names:
+        assert np.array_equal(first.dense(name, 0), one.dense(name, 0)), name
