@@ -1,0 +1,213 @@
+// A probe (scripts/wgmma_probe.py), compiled after kernels/pti_kernel.hip for sm_90a: y = x W^T for one
+// Q8 model, bf16 activations, with wgmma (Hopper's warpgroup MMA) instead of mma.sync, keeping the
+// policy kernels' per-element order (pti_kernel.hip, "Batch invariance"): for each slice w = b mod 8
+// of the blocks, acc = fma(scale, block_dot, acc) in block order, block_dot two chained k16 MMAs with
+// the same k permutation; then the slices summed in slice order.  Here one warpgroup computes all 8
+// slices of its 64 rows one after the other, adding each finished slice into a running total (v =
+// p0; v += p1; ... as pti_finish does), so no slice needs its own registers.
+//
+// Why wgmma: at 32 and 64 rows the mma.sync kernels are bound by the L1/TEX pipeline (each warp loads
+// every activation fragment for its 16 weight rows; docs/perf.md session 21).  wgmma reads the
+// activations (its B operand) from shared memory itself, once a warpgroup of 64 weight rows, and the
+// CTA's threads fill that tile once for all its warpgroups.
+//
+// Layout of one block's activation tile in shared memory (B, K-major, no swizzle): core matrices of
+// 8 rows x 16 bytes (8 k slots), core (c, n8) at c * 128 + n8 * 512; k slots of the MMA h (0, 1) are
+// cores 2h, 2h+1.  Slot 2t+e of MMA h <- column 8t + 4h + e, slot 8+2t+e <- 8t + 4h + 2 + e: the
+// permutation the weights' repack gives the A fragments (pti_block: MMA 0 takes each lane's columns
+// 8t..8t+3, MMA 1 8t+4..8t+7).  So a thread holding columns 8t..8t+7 of a row writes its 4 words w
+// (columns 8t+2w, 8t+2w+1) to core w, word t.
+#if defined(PTI_CUDA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+template <int NR>
+struct PtiWgAcc {
+    float d[NR / 2];
+};
+
+__device__ __forceinline__ unsigned long long pti_wg_desc(unsigned addr) {
+    // start >> 4, LBO (K-direction core stride, 128 B) >> 4, SBO (N-direction, 512 B) >> 4, no swizzle
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)(128 >> 4) << 16) |
+           ((unsigned long long)(512 >> 4) << 32);
+}
+
+#define PTI_WG_D8(d, o) "+f"(d[o + 0]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), \
+                        "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7])
+
+// D (+)= A B for one k16: a from registers (this warp's 16 rows), B from shared memory (desc).
+template <int NR>
+__device__ __forceinline__ void pti_wg_mma(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                           unsigned long long desc, int scale_d);
+template <>
+__device__ __forceinline__ void pti_wg_mma<16>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                               unsigned long long desc, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+                 : PTI_WG_D8(d, 0)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void pti_wg_mma<32>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                               unsigned long long desc, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+                 : PTI_WG_D8(d, 0), PTI_WG_D8(d, 8)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void pti_wg_mma<64>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                               unsigned long long desc, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+                 "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                 : PTI_WG_D8(d, 0), PTI_WG_D8(d, 8), PTI_WG_D8(d, 16), PTI_WG_D8(d, 24)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+}
+
+// MT tiles of 8 activation rows (NR = 8 MT, the wgmma's N), U blocks a step, WG warpgroups a CTA (64
+// weight rows each, sharing the activation tiles).  K a multiple of 256 * U, rows a multiple of 64 WG,
+// activations 16-byte aligned with ldx a multiple of 8 (the probe's cases).
+template <int TOUT, int MT, int U, int WG>
+__device__ __forceinline__ void pti_wg_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
+                                          const unsigned short* __restrict__ x, void* y, int M, int N, int K,
+                                          int nb, int ldx, int ldy) {
+    constexpr int NR = 8 * MT, ND = NR / 2, T = 128 * WG;
+    constexpr int STAGE = NR * 64;                       // bytes of one block's tile
+    constexpr int XP = (NR * 4 * U + T - 1) / T;         // 16-byte activation pieces a thread, a step
+    extern __shared__ __align__(128) unsigned char pti_smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int rg = blockIdx.x * 4 * WG + warp;           // this warp's row group (16 rows)
+    float* total = (float*)(pti_smem + 2 * U * STAGE);   // [ND][T]: the slices' running sum
+    const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem);
+    const PtiCvt k = pti_cvt_masks<0>(0u);
+    pti_pdl_trigger();
+    pti_pdl_wait();
+    const int per_slice = nb / 8 / U, nsteps = 8 * per_slice;
+    const uint4* qw = q + (pti_u64)rg * nb * 32 + lane;
+    const unsigned* sw = s + (pti_u64)rg * nb * 8 + (lane >> 2);
+
+    uint4 xr[XP];
+    auto load_x = [&](int st) {
+        const int sl = st / per_slice, j = st % per_slice;
+#pragma unroll
+        for (int p = 0; p < XP; ++p) {
+            const int i = tid + p * T;
+            xr[p] = make_uint4(0, 0, 0, 0);
+            if (i < NR * 4 * U) {
+                const int u = i / (NR * 4), row = (i / 4) % NR, t = i & 3;
+                const int b = sl + 8 * (j * U + u);
+                if (row < M) xr[p] = __ldg((const uint4*)(x + (pti_u64)row * ldx + b * 32 + 8 * t));
+            }
+        }
+    };
+    auto store_x = [&](int buf) {
+#pragma unroll
+        for (int p = 0; p < XP; ++p) {
+            const int i = tid + p * T;
+            if (i < NR * 4 * U) {
+                const int u = i / (NR * 4), row = (i / 4) % NR, t = i & 3;
+                unsigned* st = (unsigned*)(pti_smem + (buf * U + u) * STAGE + (row >> 3) * 512 + (row & 7) * 16) + t;
+                st[0] = xr[p].x;
+                st[32] = xr[p].y;
+                st[64] = xr[p].z;
+                st[96] = xr[p].w;
+            }
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // st.shared -> wgmma's reads
+    };
+    uint4 wc[U], wn[U];
+    unsigned sc[U], sn[U];
+    auto load_w = [&](int st, uint4* wv, unsigned* sv) {
+        const int sl = st / per_slice, j = st % per_slice;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int b = sl + 8 * (j * U + u);
+            wv[u] = pti_ld_stream(qw + b * 32);
+            sv[u] = __ldg(sw + b * 8);
+        }
+    };
+
+    float acc[ND];
+#pragma unroll
+    for (int i = 0; i < ND; ++i) acc[i] = 0.f;
+    load_x(0);
+    load_w(0, wc, sc);
+    store_x(0);
+    __syncthreads();
+    for (int st = 0; st < nsteps; ++st) {
+        const bool more = st + 1 < nsteps;
+        if (more) {
+            load_x(st + 1);
+            load_w(st + 1, wn, sn);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            unsigned g01, g23, g45, g67, h01, h23, h45, h67;
+            pti_cvt4<0, false>(wc[u].x, g01, g23, k);
+            pti_cvt4<0, false>(wc[u].y, g45, g67, k);
+            pti_cvt4<0, false>(wc[u].z, h01, h23, k);
+            pti_cvt4<0, false>(wc[u].w, h45, h67, k);
+            const unsigned tile = sbase + ((st & 1) * U + u) * STAGE;
+            float d[ND];
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            pti_wg_mma<NR>(d, g01, h01, g23, h23, pti_wg_desc(tile), 0);
+            pti_wg_mma<NR>(d, g45, h45, g67, h67, pti_wg_desc(tile + 256), 1);
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+            for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(d[i])::"memory");
+            const float d_lo = pti_f16_to_f32((unsigned short)(sc[u] & 0xffffu));
+            const float d_hi = pti_f16_to_f32((unsigned short)(sc[u] >> 16));
+#pragma unroll
+            for (int i = 0; i < ND; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
+        }
+        if ((st + 1) % per_slice == 0) {   // slice done: into the running total, in slice order
+            const bool first = st + 1 == per_slice;
+#pragma unroll
+            for (int i = 0; i < ND; ++i) {
+                float* t = total + i * T + tid;
+                *t = first ? acc[i] : __fadd_rn(*t, acc[i]);
+                acc[i] = 0.f;
+            }
+        }
+        if (more) store_x((st + 1) & 1);
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            wc[u] = wn[u];
+            sc[u] = sn[u];
+        }
+    }
+    // D layout (per warp as mma.sync's C): element i: row 16 (warp % 4) + g + 8 ((i >> 1) & 1),
+    // activation row 8 (i >> 2) + 2 t + (i & 1).
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < ND; ++i) {
+        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
+        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, total[i * T + tid]);
+    }
+}
+
+#define PTI_WG(NAME, TOUT, MT, U, WG)                                                                \
+    extern "C" __global__ void __launch_bounds__(128 * WG) NAME(                                    \
+        const uint4* q, const unsigned* s, const unsigned short* x, void* y, int M, int N, int K,  \
+        int nb, int ldx, int ldy) {                                                                \
+        pti_wg_mm<TOUT, MT, U, WG>(q, s, x, y, M, N, K, nb, ldx, ldy);                             \
+    }
+#define PTI_WG_ALL(TAG, TOUT)                            \
+    PTI_WG(pti_wg_##TAG##_m2_u1_w1, TOUT, 2, 1, 1)       \
+    PTI_WG(pti_wg_##TAG##_m2_u2_w1, TOUT, 2, 2, 1)       \
+    PTI_WG(pti_wg_##TAG##_m2_u2_w2, TOUT, 2, 2, 2)       \
+    PTI_WG(pti_wg_##TAG##_m4_u1_w1, TOUT, 4, 1, 1)       \
+    PTI_WG(pti_wg_##TAG##_m4_u2_w1, TOUT, 4, 2, 1)       \
+    PTI_WG(pti_wg_##TAG##_m4_u2_w2, TOUT, 4, 2, 2)       \
+    PTI_WG(pti_wg_##TAG##_m8_u1_w1, TOUT, 8, 1, 1)       \
+    PTI_WG(pti_wg_##TAG##_m8_u2_w1, TOUT, 8, 2, 1)       \
+    PTI_WG(pti_wg_##TAG##_m8_u1_w2, TOUT, 8, 1, 2)       \
+    PTI_WG(pti_wg_##TAG##_m8_u2_w2, TOUT, 8, 2, 2)
+PTI_WG_ALL(bf16_f32, 0)
+PTI_WG_ALL(bf16_out, 1)
+
+#endif

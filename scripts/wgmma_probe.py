@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The wgmma probe (scripts/wgmma_probe.cu) on the H200: its registers and spills, whether its outputs
+have the policy kernels' bits, and its time next to the policy's, rotating copies past the L2 as
+`pti bench --kernels` does.
+    python3 scripts/wgmma_probe.py [--compile-only]      (--compile-only: no GPU, NVRTC's report)"""
+
+import ctypes
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pti_cli.backends.compile import compile_nvrtc, kernel_source  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+VARIANTS = [f"m{m}_u{u}_w{w}" for m, u, w in ((2, 1, 1), (2, 2, 1), (2, 2, 2), (4, 1, 1), (4, 2, 1), (4, 2, 2),
+                                              (8, 1, 1), (8, 2, 1), (8, 1, 2), (8, 2, 2))]
+
+
+def probe_source() -> str:
+    """pti_kernel.hip's helpers (cut before its tensor-core kernels' instantiations) + the probe."""
+    src = kernel_source()
+    cut = src.index("#define PTI_TC_K(")
+    return src[:cut] + (HERE / "wgmma_probe.cu").read_text() + "\n#endif  // PTI_CUDA\n"
+
+
+def parts(v: str) -> dict:
+    return {p[0]: int(p[1:]) for p in v.split("_")}
+
+
+def smem_bytes(v: str) -> int:
+    p = parts(v)
+    nr = 8 * p["m"]
+    return 2 * p["u"] * nr * 64 + (nr // 2) * 128 * p["w"] * 4
+
+
+def main() -> None:
+    compiled = compile_nvrtc(probe_source(), "sm_90a", options=("-std=c++17", "-lineinfo", "--ptxas-options=-v"))
+    for name, r in sorted(compiled.resources.items()):
+        if name.startswith("pti_wg_"):
+            print(f"{name:28} {r}")
+    if "--compile-only" in sys.argv:
+        return
+    import torch
+
+    from pti_cli.backends.cuda import CudaBackend, _cu, launch_kernel
+    from pti_cli.backends.repack import unpack_q8
+    from pti_cli.bench_kernels import WORKING_SET, random_packs, read_bandwidth, time_graph
+
+    be = CudaBackend()
+    drv = be._drv
+    mod = _cu(drv.cuModuleLoadData(compiled.binary), "load probe")
+    fn = {}
+    for tag in ("bf16_f32", "bf16_out"):
+        for v in VARIANTS:
+            f = fn[f"{tag}_{v}"] = _cu(drv.cuModuleGetFunction(mod, f"pti_wg_{tag}_{v}".encode()), v)
+            _cu(drv.cuFuncSetAttribute(f, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       smem_bytes(v)), "smem attr")
+
+    def launch_wg(tag, v, p, x, y):
+        m, k = x.shape
+        nb = p.q.shape[1]
+        vals = (p.q.data_ptr(), p.s.data_ptr(), x.data_ptr(), y.data_ptr(), m, p.rows, p.cols, nb, x.stride(0), y.stride(0))
+        types = (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 6
+        stream = torch.cuda.current_stream().cuda_stream
+        launch_kernel(drv, fn[f"{tag}_{v}"], (p.q.shape[0] // (4 * parts(v)["w"]),), (128 * parts(v)["w"],),
+                      smem_bytes(v), stream, (vals, types), False, v)
+
+    def fits(v, m):
+        return 8 * parts(v)["m"] >= m and 8 * parts(v)["m"] < 2 * max(m, 8) + 8
+
+    # 1. bits: against the policy kernel (float32 outputs), and the error against a float64 reference
+    print("\nbits against the policy kernel (float32 outputs), 4096x4096 and 1024x14336")
+    for n, k in ((4096, 4096), (1024, 14336)):
+        p = random_packs(be, n, k, 1)[0]
+        qs, d = unpack_q8(p)
+        w64 = (qs.double().reshape(n, -1, 32) * d.double()[:, :, None]).reshape(n, -1)[:, :k]
+        for m in (1, 5, 16, 23, 32, 37, 64):
+            x = torch.randn(m, k, device="cuda").bfloat16()
+            yp = torch.full((m, n), float("nan"), device="cuda")
+            pol = be.kernel_name(1, m, torch.bfloat16, torch.float32, rows=n)
+            be.launch([p], [x], [yp], pol)
+            ref = x.double() @ w64.T
+            for v in VARIANTS:
+                if not fits(v, m) and not (m <= 8 * parts(v)["m"] and v.endswith("w1") and "_u1_" in v):
+                    continue
+                y = torch.full((m, n), float("nan"), device="cuda")
+                launch_wg("bf16_f32", v, p, x, y)
+                torch.cuda.synchronize()
+                same = (y.view(torch.int32) == yp.view(torch.int32)).float().mean().item()
+                err = ((y.double() - ref).norm(dim=1) / ref.norm(dim=1)).max().item()
+                print(f"{n}x{k} M={m:<2} {v:10} vs {pol.split('_', 4)[4]:16} same bits {100 * same:6.2f}%  "
+                      f"nan {int(torch.isnan(y).sum())}  rel err {err:.2e}", flush=True)
+
+    # 2. time: policy against the probe's variants, bf16 outputs as the bench
+    denom = read_bandwidth(be)["denominator"]
+    print(f"\nread bandwidth {denom / 1e9:.0f} GB/s; us per call (% of it), t / t(policy, M = 1)")
+    for n, k in ((28672, 4096), (4096, 14336), (6144, 4096), (4096, 4096)):
+        one = random_packs(be, n, k, 1)[0]
+        copies = max(2, -(-WORKING_SET // one.nbytes))
+        packs = [one] + random_packs(be, n, k, copies - 1)
+        reps = max(20, 2 * copies)
+        t1 = None
+        for m in (1, 16, 32, 64):
+            x = torch.randn(m, k, device="cuda").bfloat16()
+            y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            nbytes = one.nbytes + 2 * m * k + 2 * m * n
+            pol = be.kernel_name(1, m, torch.bfloat16, torch.bfloat16, rows=n)
+            t = time_graph(lambda: [be.launch([packs[i % copies]], [x], [y], pol) for i in range(reps)]) / reps
+            t1 = t if m == 1 else t1
+            line = [f"{n}x{k} M={m:<2} policy {pol.split('_', 4)[4]:14} {t * 1e6:7.1f} ({100 * nbytes / t / denom:4.1f}%) x{t / t1:4.2f}"]
+            if m > 1:
+                for v in VARIANTS:
+                    if not fits(v, m):
+                        continue
+                    tv = time_graph(lambda: [launch_wg("bf16_out", v, packs[i % copies], x, y) for i in range(reps)]) / reps
+                    line.append(f"{v} {tv * 1e6:7.1f} ({100 * nbytes / tv / denom:4.1f}%) x{tv / t1:4.2f}")
+            print(" | ".join(line), flush=True)
+        del packs
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
