@@ -2,9 +2,7 @@
 // Q8 model, bf16 activations, with wgmma (Hopper's warpgroup MMA) instead of mma.sync, keeping the
 // policy kernels' per-element order (pti_kernel.hip, "Batch invariance"): for each slice w = b mod 8
 // of the blocks, acc = fma(scale, block_dot, acc) in block order, block_dot two chained k16 MMAs with
-// the same k permutation; then the slices summed in slice order.  Here one warpgroup computes all 8
-// slices of its 64 rows one after the other, adding each finished slice into a running total (v =
-// p0; v += p1; ... as pti_finish does), so no slice needs its own registers.
+// the same k permutation; then the slices summed in slice order (here across the 8 CTAs of a cluster).
 //
 // Why wgmma: at 32 and 64 rows the mma.sync kernels are bound by the L1/TEX pipeline (each warp loads
 // every activation fragment for its 16 weight rows; docs/perf.md session 21).  wgmma reads the
@@ -67,8 +65,11 @@ __device__ __forceinline__ void pti_wg_mma<64>(float* d, unsigned a0, unsigned a
 }
 
 // MT tiles of 8 activation rows (NR = 8 MT, the wgmma's N), U blocks a step, WG warpgroups a CTA (64
-// weight rows each, sharing the activation tiles).  K a multiple of 256 * U, rows a multiple of 64 WG,
-// activations 16-byte aligned with ldx a multiple of 8 (the probe's cases).
+// weight rows each, sharing the activation tiles).  A cluster of 8 CTAs computes one unit of 64 WG
+// rows: CTA r the slice r (blocks b = r mod 8); each writes its slice sums to its shared memory, and
+// after a cluster barrier CTA r adds an eighth of the elements over the 8 CTAs, in slice order.
+// K a multiple of 256 U, rows a multiple of 64 WG, activations 16-byte aligned with ldx a multiple of 8
+// (the probe's cases).
 template <int TOUT, int MT, int U, int WG>
 __device__ __forceinline__ void pti_wg_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
                                           const unsigned short* __restrict__ x, void* y, int M, int N, int K,
@@ -78,19 +79,19 @@ __device__ __forceinline__ void pti_wg_mm(const uint4* __restrict__ q, const uns
     constexpr int XP = (NR * 4 * U + T - 1) / T;         // 16-byte activation pieces a thread, a step
     extern __shared__ __align__(128) unsigned char pti_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int rg = blockIdx.x * 4 * WG + warp;           // this warp's row group (16 rows)
-    float* total = (float*)(pti_smem + 2 * U * STAGE);   // [ND][T]: the slices' running sum
+    const int sl = blockIdx.x & 7, unit = blockIdx.x >> 3;   // the slice (= the CTA's rank in its cluster)
+    const int rg = unit * 4 * WG + warp;                 // this warp's row group (16 rows)
+    float* part = (float*)(pti_smem + 2 * U * STAGE);    // [ND][T]: this slice's sums
     const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem);
     const PtiCvt k = pti_cvt_masks<0>(0u);
     pti_pdl_trigger();
     pti_pdl_wait();
-    const int per_slice = nb / 8 / U, nsteps = 8 * per_slice;
+    const int nsteps = nb / 8 / U;
     const uint4* qw = q + (pti_u64)rg * nb * 32 + lane;
     const unsigned* sw = s + (pti_u64)rg * nb * 8 + (lane >> 2);
 
     uint4 xr[XP];
-    auto load_x = [&](int st) {
-        const int sl = st / per_slice, j = st % per_slice;
+    auto load_x = [&](int j) {
 #pragma unroll
         for (int p = 0; p < XP; ++p) {
             const int i = tid + p * T;
@@ -119,8 +120,7 @@ __device__ __forceinline__ void pti_wg_mm(const uint4* __restrict__ q, const uns
     };
     uint4 wc[U], wn[U];
     unsigned sc[U], sn[U];
-    auto load_w = [&](int st, uint4* wv, unsigned* sv) {
-        const int sl = st / per_slice, j = st % per_slice;
+    auto load_w = [&](int j, uint4* wv, unsigned* sv) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int b = sl + 8 * (j * U + u);
@@ -163,15 +163,6 @@ __device__ __forceinline__ void pti_wg_mm(const uint4* __restrict__ q, const uns
 #pragma unroll
             for (int i = 0; i < ND; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
         }
-        if ((st + 1) % per_slice == 0) {   // slice done: into the running total, in slice order
-            const bool first = st + 1 == per_slice;
-#pragma unroll
-            for (int i = 0; i < ND; ++i) {
-                float* t = total + i * T + tid;
-                *t = first ? acc[i] : __fadd_rn(*t, acc[i]);
-                acc[i] = 0.f;
-            }
-        }
         if (more) store_x((st + 1) & 1);
         __syncthreads();
 #pragma unroll
@@ -180,15 +171,164 @@ __device__ __forceinline__ void pti_wg_mm(const uint4* __restrict__ q, const uns
             sc[u] = sn[u];
         }
     }
-    // D layout (per warp as mma.sync's C): element i: row 16 (warp % 4) + g + 8 ((i >> 1) & 1),
-    // activation row 8 (i >> 2) + 2 t + (i & 1).
-    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int i = 0; i < ND; ++i) {
+    for (int i = 0; i < ND; ++i) part[i * T + tid] = acc[i];
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    // This CTA's eighth: elements i = sl ND/8 .. of every thread's column, summed over the slices in order
+    // (v = p0; v += p1; ...: pti_finish's order).  D layout (per warp as mma.sync's C): element i is
+    // weight row 16 (warp % 4) + g + 8 ((i >> 1) & 1), activation row 8 (i >> 2) + 2 t + (i & 1).
+    const int g = lane >> 2, t = lane & 3;
+    const unsigned pbase = (unsigned)__cvta_generic_to_shared(part);
+#pragma unroll
+    for (int ii = 0; ii < ND / 8; ++ii) {
+        const int i = sl * (ND / 8) + ii;
+        const unsigned a = pbase + 4u * (i * T + tid);
+        float v = 0.f;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            unsigned ra;
+            float pv;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r));
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
+            v = r == 0 ? pv : __fadd_rn(v, pv);
+        }
         const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
-        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, total[i * T + tid]);
+        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
     }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+
+// The same with an S-stage ring in shared memory filled by cp.async (weights 16 bytes a lane, scales,
+// and the activations 4 bytes at a time into the permuted tile), so that the loads in flight hold no
+// registers: stage j + S - 1 is requested while stage j is computed.
+__device__ __forceinline__ void pti_cp16(unsigned dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void pti_cp4(unsigned dst, const void* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
+template <int TOUT, int MT, int U, int WG, int S>
+__device__ __forceinline__ void pti_wg2_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
+                                           const unsigned short* __restrict__ x, void* y, int M, int N, int K,
+                                           int nb, int ldx, int ldy) {
+    constexpr int NR = 8 * MT, ND = NR / 2, T = 128 * WG, W = 4 * WG;
+    constexpr int TILE = NR * 64;                        // bytes of one block's activation tile
+    constexpr int WB = 512 + 32;                         // one warp's block: weights, then its 8 scales
+    constexpr int STAGE = U * (TILE + W * WB);
+    extern __shared__ __align__(128) unsigned char pti_smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int sl = blockIdx.x & 7, unit = blockIdx.x >> 3;
+    const int rg = unit * W + warp;
+    float* part = (float*)(pti_smem + S * STAGE);
+    const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem);
+    const PtiCvt k = pti_cvt_masks<0>(0u);
+    pti_pdl_trigger();
+    pti_pdl_wait();
+    const int nsteps = nb / 8 / U;
+    const uint4* qw = q + (pti_u64)rg * nb * 32 + lane;
+    const unsigned* sw = s + (pti_u64)rg * nb * 8;
+
+    auto issue = [&](int j) {   // stage j's copies into slot j % S (an empty group past the end)
+        if (j < nsteps) {
+            const unsigned st = sbase + (j % S) * STAGE;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int b = sl + 8 * (j * U + u);
+                const unsigned wdst = st + U * TILE + (u * W + warp) * WB;
+                pti_cp16(wdst + 16 * lane, qw + b * 32);
+                if (lane < 2) pti_cp16(wdst + 512 + 16 * lane, sw + b * 8 + 4 * lane);
+                // activations: NR rows x 16 words; word c of row r: columns 32 b + 2c, +1 -> core (c & 3),
+                // word c >> 2 of that core's row
+                for (int i = tid; i < NR * 16; i += T) {
+                    const int row = i >> 4, c = i & 15;
+                    const bool ok = row < M;
+                    const unsigned dst = st + u * TILE + (row >> 3) * 512 + (c & 3) * 128 + (row & 7) * 16 + (c >> 2) * 4;
+                    pti_cp4(dst, x + (ok ? (pti_u64)row * ldx : 0) + b * 32 + 2 * c, ok);
+                }
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+
+    float acc[ND];
+#pragma unroll
+    for (int i = 0; i < ND; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < S - 1; ++j) issue(j);
+    for (int j = 0; j < nsteps; ++j) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(S - 2) : "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // cp.async's writes -> wgmma's reads
+        __syncthreads();
+        issue(j + S - 1);   // into the slot computed at j - 1, which every warp has left
+        const unsigned st = sbase + (j % S) * STAGE;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const unsigned char* wp = pti_smem + (j % S) * STAGE + U * TILE + (u * W + warp) * WB;
+            const uint4 w = *(const uint4*)(wp + 16 * lane);
+            const unsigned sc = *(const unsigned*)(wp + 512 + 4 * (lane >> 2));
+            unsigned g01, g23, g45, g67, h01, h23, h45, h67;
+            pti_cvt4<0, false>(w.x, g01, g23, k);
+            pti_cvt4<0, false>(w.y, g45, g67, k);
+            pti_cvt4<0, false>(w.z, h01, h23, k);
+            pti_cvt4<0, false>(w.w, h45, h67, k);
+            const unsigned tile = st + u * TILE;
+            float d[ND];
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            pti_wg_mma<NR>(d, g01, h01, g23, h23, pti_wg_desc(tile), 0);
+            pti_wg_mma<NR>(d, g45, h45, g67, h67, pti_wg_desc(tile + 256), 1);
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+            for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(d[i])::"memory");
+            const float d_lo = pti_f16_to_f32((unsigned short)(sc & 0xffffu));
+            const float d_hi = pti_f16_to_f32((unsigned short)(sc >> 16));
+#pragma unroll
+            for (int i = 0; i < ND; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < ND; ++i) part[i * T + tid] = acc[i];
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    const int g = lane >> 2, t = lane & 3;
+    const unsigned pbase = (unsigned)__cvta_generic_to_shared(part);
+#pragma unroll
+    for (int ii = 0; ii < ND / 8; ++ii) {
+        const int i = sl * (ND / 8) + ii;
+        const unsigned a = pbase + 4u * (i * T + tid);
+        float v = 0.f;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            unsigned ra;
+            float pv;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r));
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
+            v = r == 0 ? pv : __fadd_rn(v, pv);
+        }
+        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
+        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+#define PTI_WG2(NAME, TOUT, MT, U, WG, S)                                                            \
+    extern "C" __global__ void __launch_bounds__(128 * WG) NAME(                                    \
+        const uint4* q, const unsigned* s, const unsigned short* x, void* y, int M, int N, int K,  \
+        int nb, int ldx, int ldy) {                                                                \
+        pti_wg2_mm<TOUT, MT, U, WG, S>(q, s, x, y, M, N, K, nb, ldx, ldy);                         \
+    }
+#define PTI_WG2_ALL(TAG, TOUT)                              \
+    PTI_WG2(pti_wg_##TAG##_m2_u2_w1_s4, TOUT, 2, 2, 1, 4)   \
+    PTI_WG2(pti_wg_##TAG##_m2_u4_w1_s4, TOUT, 2, 4, 1, 4)   \
+    PTI_WG2(pti_wg_##TAG##_m2_u2_w2_s4, TOUT, 2, 2, 2, 4)   \
+    PTI_WG2(pti_wg_##TAG##_m4_u2_w1_s4, TOUT, 4, 2, 1, 4)   \
+    PTI_WG2(pti_wg_##TAG##_m4_u2_w2_s4, TOUT, 4, 2, 2, 4)   \
+    PTI_WG2(pti_wg_##TAG##_m4_u4_w1_s3, TOUT, 4, 4, 1, 3)   \
+    PTI_WG2(pti_wg_##TAG##_m8_u1_w1_s6, TOUT, 8, 1, 1, 6)   \
+    PTI_WG2(pti_wg_##TAG##_m8_u2_w1_s4, TOUT, 8, 2, 1, 4)   \
+    PTI_WG2(pti_wg_##TAG##_m8_u2_w2_s3, TOUT, 8, 2, 2, 3)   \
+    PTI_WG2(pti_wg_##TAG##_m8_u1_w2_s4, TOUT, 8, 1, 2, 4)
+PTI_WG2_ALL(bf16_f32, 0)
+PTI_WG2_ALL(bf16_out, 1)
 
 #define PTI_WG(NAME, TOUT, MT, U, WG)                                                                \
     extern "C" __global__ void __launch_bounds__(128 * WG) NAME(                                    \
@@ -197,12 +337,14 @@ __device__ __forceinline__ void pti_wg_mm(const uint4* __restrict__ q, const uns
         pti_wg_mm<TOUT, MT, U, WG>(q, s, x, y, M, N, K, nb, ldx, ldy);                             \
     }
 #define PTI_WG_ALL(TAG, TOUT)                            \
-    PTI_WG(pti_wg_##TAG##_m2_u1_w1, TOUT, 2, 1, 1)       \
+    PTI_WG(pti_wg_##TAG##_m2_u4_w1, TOUT, 2, 4, 1)       \
     PTI_WG(pti_wg_##TAG##_m2_u2_w1, TOUT, 2, 2, 1)       \
     PTI_WG(pti_wg_##TAG##_m2_u2_w2, TOUT, 2, 2, 2)       \
-    PTI_WG(pti_wg_##TAG##_m4_u1_w1, TOUT, 4, 1, 1)       \
+    PTI_WG(pti_wg_##TAG##_m2_u4_w2, TOUT, 2, 4, 2)       \
+    PTI_WG(pti_wg_##TAG##_m4_u4_w1, TOUT, 4, 4, 1)       \
     PTI_WG(pti_wg_##TAG##_m4_u2_w1, TOUT, 4, 2, 1)       \
     PTI_WG(pti_wg_##TAG##_m4_u2_w2, TOUT, 4, 2, 2)       \
+    PTI_WG(pti_wg_##TAG##_m4_u4_w2, TOUT, 4, 4, 2)       \
     PTI_WG(pti_wg_##TAG##_m8_u1_w1, TOUT, 8, 1, 1)       \
     PTI_WG(pti_wg_##TAG##_m8_u2_w1, TOUT, 8, 2, 1)       \
     PTI_WG(pti_wg_##TAG##_m8_u1_w2, TOUT, 8, 1, 2)       \

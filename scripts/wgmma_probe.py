@@ -2,7 +2,8 @@
 """The wgmma probe (scripts/wgmma_probe.cu) on the H200: its registers and spills, whether its outputs
 have the policy kernels' bits, and its time next to the policy's, rotating copies past the L2 as
 `pti bench --kernels` does.
-    python3 scripts/wgmma_probe.py [--compile-only]      (--compile-only: no GPU, NVRTC's report)"""
+    python3 scripts/wgmma_probe.py [--compile-only]      (--compile-only: no GPU, NVRTC's report)
+    python3 scripts/wgmma_probe.py --launch VARIANT N K M (two launches of one variant, for ncu)"""
 
 import ctypes
 import sys
@@ -13,8 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pti_cli.backends.compile import compile_nvrtc, kernel_source  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = [f"m{m}_u{u}_w{w}" for m, u, w in ((2, 1, 1), (2, 2, 1), (2, 2, 2), (4, 1, 1), (4, 2, 1), (4, 2, 2),
-                                              (8, 1, 1), (8, 2, 1), (8, 1, 2), (8, 2, 2))]
+VARIANTS = [f"m{m}_u{u}_w{w}" for m, u, w in ((2, 2, 1), (2, 4, 1), (2, 2, 2), (2, 4, 2), (4, 2, 1), (4, 4, 1),
+                                              (4, 2, 2), (4, 4, 2), (8, 1, 1), (8, 2, 1), (8, 1, 2), (8, 2, 2))]
+VARIANTS += [f"m{m}_u{u}_w{w}_s{st}" for m, u, w, st in ((2, 2, 1, 4), (2, 4, 1, 4), (2, 2, 2, 4), (4, 2, 1, 4), (4, 2, 2, 4),
+                                                      (4, 4, 1, 3), (8, 1, 1, 6), (8, 2, 1, 4), (8, 2, 2, 3), (8, 1, 2, 4))]
 
 
 def probe_source() -> str:
@@ -31,7 +34,10 @@ def parts(v: str) -> dict:
 def smem_bytes(v: str) -> int:
     p = parts(v)
     nr = 8 * p["m"]
-    return 2 * p["u"] * nr * 64 + (nr // 2) * 128 * p["w"] * 4
+    part = (nr // 2) * 128 * p["w"] * 4
+    if "s" in p:   # the cp.async ring: S stages of U blocks (tile + each warp's weights and scales)
+        return p["s"] * p["u"] * (nr * 64 + 4 * p["w"] * 544) + part
+    return 2 * p["u"] * nr * 64 + part
 
 
 def main() -> None:
@@ -63,11 +69,22 @@ def main() -> None:
         vals = (p.q.data_ptr(), p.s.data_ptr(), x.data_ptr(), y.data_ptr(), m, p.rows, p.cols, nb, x.stride(0), y.stride(0))
         types = (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 6
         stream = torch.cuda.current_stream().cuda_stream
-        launch_kernel(drv, fn[f"{tag}_{v}"], (p.q.shape[0] // (4 * parts(v)["w"]),), (128 * parts(v)["w"],),
-                      smem_bytes(v), stream, (vals, types), False, v)
+        launch_kernel(drv, fn[f"{tag}_{v}"], (8 * (p.q.shape[0] // (4 * parts(v)["w"])),), (128 * parts(v)["w"],),
+                      smem_bytes(v), stream, (vals, types), False, v, cluster=8)
 
     def fits(v, m):
         return 8 * parts(v)["m"] >= m and 8 * parts(v)["m"] < 2 * max(m, 8) + 8
+
+    if "--launch" in sys.argv:
+        v, n, k, m = sys.argv[sys.argv.index("--launch") + 1:][:4]
+        n, k, m = int(n), int(k), int(m)
+        p = random_packs(be, n, k, 1)[0]
+        x = torch.randn(m, k, device="cuda").bfloat16()
+        y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        for _ in range(2):
+            launch_wg("bf16_out", v, p, x, y)
+        torch.cuda.synchronize()
+        return
 
     # 1. bits: against the policy kernel (float32 outputs), and the error against a float64 reference
     print("\nbits against the policy kernel (float32 outputs), 4096x4096 and 1024x14336")
@@ -82,7 +99,7 @@ def main() -> None:
             be.launch([p], [x], [yp], pol)
             ref = x.double() @ w64.T
             for v in VARIANTS:
-                if not fits(v, m) and not (m <= 8 * parts(v)["m"] and v.endswith("w1") and "_u1_" in v):
+                if m > 8 * parts(v)["m"]:
                     continue
                 y = torch.full((m, n), float("nan"), device="cuda")
                 launch_wg("bf16_f32", v, p, x, y)
