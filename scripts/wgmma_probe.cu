@@ -352,4 +352,203 @@ PTI_WG2_ALL(bf16_out, 1)
 PTI_WG_ALL(bf16_f32, 0)
 PTI_WG_ALL(bf16_out, 1)
 
+// The lean form (session 23): the first MMA of a block writes D ("=f", no zeroing), rows past M read row
+// M - 1 (no branches; those outputs are not stored), per-thread pointers fixed before the loop, the
+// activation tiles of PB blocks a phase in a ring of 3 phases (one barrier a phase: a phase's buffer is
+// refilled two phases after its wgmmas, which every warpgroup has waited for before the barrier between),
+// each thread moving one half row of one block at a time (two 16-byte loads, four 8-byte stores), the
+// weights DW blocks ahead in registers (and PF blocks ahead into L2), and the wgmmas of G blocks issued together (G sets of D) before
+// one wait.  (Leaving a block's wgmmas in flight while the next block's weights are converted, wait_group
+// 1, is what ptxas cannot do with A in registers: it serializes them, C7513, docs/perf.md session 23.)
+template <int NR>
+__device__ __forceinline__ void pti_wg_mma_first(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                 unsigned long long desc);
+#define PTI_WG_O8(d, o) "=f"(d[o + 0]), "=f"(d[o + 1]), "=f"(d[o + 2]), "=f"(d[o + 3]), "=f"(d[o + 4]), \
+                        "=f"(d[o + 5]), "=f"(d[o + 6]), "=f"(d[o + 7])
+template <>
+__device__ __forceinline__ void pti_wg_mma_first<16>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                     unsigned long long desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, 0, 1, 1, 0;\n"
+                 : PTI_WG_O8(d, 0)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void pti_wg_mma_first<32>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                     unsigned long long desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 0, 1, 1, 0;\n"
+                 : PTI_WG_O8(d, 0), PTI_WG_O8(d, 8)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void pti_wg_mma_first<64>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                     unsigned long long desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+                 "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 0, 1, 1, 0;\n"
+                 : PTI_WG_O8(d, 0), PTI_WG_O8(d, 8), PTI_WG_O8(d, 16), PTI_WG_O8(d, 24)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+
+template <int ND>
+__device__ __forceinline__ void pti_wg_scale(float* acc, const float* d, unsigned sc) {
+#pragma unroll
+    for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(((float*)d)[i])::"memory");   // after the wait
+    const float d_lo = pti_f16_to_f32((unsigned short)(sc & 0xffffu));
+    const float d_hi = pti_f16_to_f32((unsigned short)(sc >> 16));
+#pragma unroll
+    for (int i = 0; i < ND; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
+}
+
+template <int TOUT, int MT, int WG, int PB, int DW, int G, int PF>
+__device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
+                                           const unsigned short* __restrict__ x, void* y, int M, int N, int K,
+                                           int nb, int ldx, int ldy) {
+    constexpr int NR = 8 * MT, ND = NR / 2, T = 128 * WG;
+    constexpr int STAGE = NR * 64, PHASE = PB * STAGE;
+    constexpr int BPI = T / (2 * NR);                    // blocks one round of half rows covers
+    constexpr int IP = PB / BPI;                         // half rows a thread moves, a phase
+    static_assert(T % (2 * NR) == 0 && PB % BPI == 0 && PB % DW == 0 && PB % G == 0, "probe shape");
+    extern __shared__ __align__(128) unsigned char pti_smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int sl = blockIdx.x & 7, unit = blockIdx.x >> 3;
+    const int rg = unit * 4 * WG + warp;
+    const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem);
+    const PtiCvt k = pti_cvt_masks<0>(0u);
+    pti_pdl_trigger();
+    pti_pdl_wait();
+    const int nblk = nb / 8, nph = nblk / PB;            // this slice's blocks (a multiple of PB here)
+    // this thread's half row: activation row xrow, columns 16 h .. 16 h + 15 of the slice's blocks bt + BPI i
+    const int h = tid & 1, xrow = (tid >> 1) % NR, bt = tid / (2 * NR);
+    const uint4* xg = (const uint4*)(x + (pti_u64)min(xrow, M - 1) * ldx + (sl + 8 * bt) * 32 + 16 * h);
+    const unsigned xs = sbase + bt * STAGE + (xrow >> 3) * 512 + (xrow & 7) * 16 + 8 * h;
+    auto store_half = [&](unsigned at, const uint4& a, const uint4& b) {   // word w of both pieces -> core w
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at), "r"(a.x), "r"(b.x) : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 128), "r"(a.y), "r"(b.y) : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 256), "r"(a.z), "r"(b.z) : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 384), "r"(a.w), "r"(b.w) : "memory");
+    };
+    const uint4* qw = q + ((pti_u64)rg * nb + sl) * 32 + lane;     // slice block j at qw + 256 j
+    const unsigned* sw = s + ((pti_u64)rg * nb + sl) * 8 + (lane >> 2);
+    uint4 wr[DW];
+    unsigned sr[DW];
+#pragma unroll
+    for (int i = 0; i < DW; ++i) {
+        wr[i] = pti_ld_stream(qw + 256 * i);
+        sr[i] = __ldg(sw + 64 * i);
+    }
+#pragma unroll
+    for (int i = 0; i < IP; ++i) store_half(xs + i * BPI * STAGE, __ldg(xg + 32 * BPI * i), __ldg(xg + 32 * BPI * i + 1));
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+
+    float acc[ND];
+#pragma unroll
+    for (int i = 0; i < ND; ++i) acc[i] = 0.f;
+    for (int ph = 0; ph < nph; ++ph) {
+        const unsigned tiles = sbase + (ph % 3) * PHASE;
+        const bool next = ph + 1 < nph;
+        const uint4* xn = xg + 32 * (ph + 1) * PB;
+        const unsigned xsn = xs + ((ph + 1) % 3) * PHASE;
+        uint4 xa, xb;
+#pragma unroll
+        for (int u0 = 0; u0 < PB; u0 += G) {
+            unsigned a[G][8], sc[G];
+#pragma unroll
+            for (int e = 0; e < G; ++e) {
+                const int u = u0 + e, j = ph * PB + u;
+                if (next && u >= 1 && u <= IP) store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
+                if (next && u < IP) {
+                    xa = __ldg(xn + 32 * BPI * u);
+                    xb = __ldg(xn + 32 * BPI * u + 1);
+                }
+                const uint4 w = wr[u % DW];
+                sc[e] = sr[u % DW];
+                const int jn = min(j + DW, nblk - 1);
+                wr[u % DW] = pti_ld_stream(qw + 256 * jn);
+                sr[u % DW] = __ldg(sw + 64 * jn);
+                if (PF > 0 && (lane & 7) == 0)   // the block PF ahead into L2: bytes in flight without registers
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(qw + 256 * min(j + PF, nblk - 1)));
+                // A of MMA 0: g01 h01 g23 h23, of MMA 1: g45 h45 g67 h67 (see pti_wg_mm)
+                pti_cvt4<0, false>(w.x, a[e][0], a[e][2], k);
+                pti_cvt4<0, false>(w.y, a[e][4], a[e][6], k);
+                pti_cvt4<0, false>(w.z, a[e][1], a[e][3], k);
+                pti_cvt4<0, false>(w.w, a[e][5], a[e][7], k);
+            }
+            float d[G][ND];
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+            for (int e = 0; e < G; ++e) {
+                const unsigned tile = tiles + (u0 + e) * STAGE;
+                pti_wg_mma_first<NR>(d[e], a[e][0], a[e][1], a[e][2], a[e][3], pti_wg_desc(tile));
+                pti_wg_mma<NR>(d[e], a[e][4], a[e][5], a[e][6], a[e][7], pti_wg_desc(tile + 256), 1);
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+            for (int e = 0; e < G; ++e) pti_wg_scale<ND>(acc, d[e], sc[e]);
+        }
+        if (next) {
+            if (IP == PB) store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        }
+        __syncthreads();
+    }
+    __syncthreads();   // every warpgroup's wgmmas done: the partial sums may reuse the tiles
+    float* part = (float*)pti_smem;
+#pragma unroll
+    for (int i = 0; i < ND; ++i) part[i * T + tid] = acc[i];
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    const int g = lane >> 2, t = lane & 3;
+    const unsigned pbase = sbase;
+#pragma unroll
+    for (int ii = 0; ii < ND / 8; ++ii) {
+        const int i = sl * (ND / 8) + ii;
+        const unsigned a = pbase + 4u * (i * T + tid);
+        float v = 0.f;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            unsigned ra;
+            float pv;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r));
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
+            v = r == 0 ? pv : __fadd_rn(v, pv);
+        }
+        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
+        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+#define PTI_WG3(NAME, TOUT, MT, WG, PB, DW, G, PF, OCC)                                                \
+    extern "C" __global__ void __launch_bounds__(128 * WG, OCC) NAME(                               \
+        const uint4* q, const unsigned* s, const unsigned short* x, void* y, int M, int N, int K,  \
+        int nb, int ldx, int ldy) {                                                                \
+        pti_wg3_mm<TOUT, MT, WG, PB, DW, G, PF>(q, s, x, y, M, N, K, nb, ldx, ldy);                 \
+    }
+#define PTI_WG3_ALL(TAG, TOUT) \
+    PTI_WG3(pti_wg_##TAG##_m2_w2_b8_d4_g1_f0_o2, TOUT, 2, 2, 8, 4, 1, 0, 2) \
+    PTI_WG3(pti_wg_##TAG##_m2_w2_b8_d8_g2_f0_o1, TOUT, 2, 2, 8, 8, 2, 0, 1) \
+    PTI_WG3(pti_wg_##TAG##_m2_w2_b8_d4_g1_f16_o2, TOUT, 2, 2, 8, 4, 1, 16, 2) \
+    PTI_WG3(pti_wg_##TAG##_m4_w1_b4_d4_g1_f0_o3, TOUT, 4, 1, 4, 4, 1, 0, 3) \
+    PTI_WG3(pti_wg_##TAG##_m4_w2_b8_d4_g1_f0_o2, TOUT, 4, 2, 8, 4, 1, 0, 2) \
+    PTI_WG3(pti_wg_##TAG##_m4_w2_b8_d4_g2_f0_o1, TOUT, 4, 2, 8, 4, 2, 0, 1) \
+    PTI_WG3(pti_wg_##TAG##_m4_w2_b8_d8_g1_f0_o1, TOUT, 4, 2, 8, 8, 1, 0, 1) \
+    PTI_WG3(pti_wg_##TAG##_m4_w1_b4_d4_g1_f16_o3, TOUT, 4, 1, 4, 4, 1, 16, 3) \
+    PTI_WG3(pti_wg_##TAG##_m4_w2_b8_d4_g2_f16_o1, TOUT, 4, 2, 8, 4, 2, 16, 1) \
+    PTI_WG3(pti_wg_##TAG##_m8_w1_b4_d2_g1_f0_o2, TOUT, 8, 1, 4, 2, 1, 0, 2) \
+    PTI_WG3(pti_wg_##TAG##_m8_w1_b4_d4_g1_f0_o2, TOUT, 8, 1, 4, 4, 1, 0, 2) \
+    PTI_WG3(pti_wg_##TAG##_m8_w1_b8_d8_g1_f0_o2, TOUT, 8, 1, 8, 8, 1, 0, 2) \
+    PTI_WG3(pti_wg_##TAG##_m8_w1_b4_d4_g2_f0_o2, TOUT, 8, 1, 4, 4, 2, 0, 2) \
+    PTI_WG3(pti_wg_##TAG##_m8_w2_b4_d2_g1_f0_o2, TOUT, 8, 2, 4, 2, 1, 0, 2) \
+    PTI_WG3(pti_wg_##TAG##_m8_w2_b4_d4_g1_f0_o1, TOUT, 8, 2, 4, 4, 1, 0, 1) \
+    PTI_WG3(pti_wg_##TAG##_m8_w2_b4_d2_g2_f0_o1, TOUT, 8, 2, 4, 2, 2, 0, 1) \
+    PTI_WG3(pti_wg_##TAG##_m8_w1_b4_d2_g1_f8_o2, TOUT, 8, 1, 4, 2, 1, 8, 2) \
+    PTI_WG3(pti_wg_##TAG##_m8_w1_b4_d2_g1_f16_o2, TOUT, 8, 1, 4, 2, 1, 16, 2) \
+    PTI_WG3(pti_wg_##TAG##_m8_w1_b4_d4_g2_f16_o2, TOUT, 8, 1, 4, 4, 2, 16, 2) \
+    PTI_WG3(pti_wg_##TAG##_m8_w2_b4_d2_g2_f16_o1, TOUT, 8, 2, 4, 2, 2, 16, 1)
+PTI_WG3_ALL(bf16_f32, 0)
+PTI_WG3_ALL(bf16_out, 1)
+
 #endif

@@ -14,10 +14,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pti_cli.backends.compile import compile_nvrtc, kernel_source  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = [f"m{m}_u{u}_w{w}" for m, u, w in ((2, 2, 1), (2, 4, 1), (2, 2, 2), (2, 4, 2), (4, 2, 1), (4, 4, 1),
-                                              (4, 2, 2), (4, 4, 2), (8, 1, 1), (8, 2, 1), (8, 1, 2), (8, 2, 2))]
-VARIANTS += [f"m{m}_u{u}_w{w}_s{st}" for m, u, w, st in ((2, 2, 1, 4), (2, 4, 1, 4), (2, 2, 2, 4), (4, 2, 1, 4), (4, 2, 2, 4),
-                                                      (4, 4, 1, 3), (8, 1, 1, 6), (8, 2, 1, 4), (8, 2, 2, 3), (8, 1, 2, 4))]
+# session 22's best of each width (one unit a step, slices over a cluster), then session 23's lean form
+VARIANTS = ["m2_u4_w2", "m4_u2_w2", "m8_u2_w2"]
+# b blocks a phase, d blocks of weights ahead in registers, g blocks' wgmmas a wait, f blocks ahead into L2
+# (prefetch; 0: none), o the launch bounds' CTAs a SM
+VARIANTS += [f"m{m}_w{w}_b{b}_d{d}_g{g}_f{f}_o{o}" for m, w, b, d, g, f, o in (
+    (2, 2, 8, 4, 1, 0, 2), (2, 2, 8, 8, 2, 0, 1), (2, 2, 8, 4, 1, 16, 2), (4, 1, 4, 4, 1, 0, 3),
+    (4, 2, 8, 4, 1, 0, 2), (4, 2, 8, 4, 2, 0, 1), (4, 2, 8, 8, 1, 0, 1), (4, 1, 4, 4, 1, 16, 3),
+    (4, 2, 8, 4, 2, 16, 1), (8, 1, 4, 2, 1, 0, 2), (8, 1, 4, 4, 1, 0, 2), (8, 1, 8, 8, 1, 0, 2),
+    (8, 1, 4, 4, 2, 0, 2), (8, 2, 4, 2, 1, 0, 2), (8, 2, 4, 4, 1, 0, 1), (8, 2, 4, 2, 2, 0, 1),
+    (8, 1, 4, 2, 1, 8, 2), (8, 1, 4, 2, 1, 16, 2), (8, 1, 4, 4, 2, 16, 2), (8, 2, 4, 2, 2, 16, 1))]
 
 
 def probe_source() -> str:
@@ -35,6 +41,8 @@ def smem_bytes(v: str) -> int:
     p = parts(v)
     nr = 8 * p["m"]
     part = (nr // 2) * 128 * p["w"] * 4
+    if "b" in p:   # the lean form: 3 phases of b blocks' tiles; the partial sums reuse them
+        return max(3 * p["b"] * nr * 64, part)
     if "s" in p:   # the cp.async ring: S stages of U blocks (tile + each warp's weights and scales)
         return p["s"] * p["u"] * (nr * 64 + 4 * p["w"] * 544) + part
     return 2 * p["u"] * nr * 64 + part
@@ -43,8 +51,11 @@ def smem_bytes(v: str) -> int:
 def main() -> None:
     compiled = compile_nvrtc(probe_source(), "sm_90a", options=("-std=c++17", "-lineinfo", "--ptxas-options=-v"))
     for name, r in sorted(compiled.resources.items()):
-        if name.startswith("pti_wg_"):
-            print(f"{name:28} {r}")
+        if name.startswith("pti_wg_bf16_out_"):
+            print(f"{name:32} {r}")
+    for line in compiled.log.splitlines():   # ptxas says when it had to serialize the wgmmas
+        if "wgmma" in line.lower():
+            print(line)
     if "--compile-only" in sys.argv:
         return
     import torch
