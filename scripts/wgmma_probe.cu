@@ -359,7 +359,7 @@ PTI_WG_ALL(bf16_out, 1)
 // each thread moving one half row of one block at a time (two 16-byte loads, four 8-byte stores), the
 // weights DW blocks ahead in registers (and PF blocks ahead into L2), and the wgmmas of G blocks issued together (G sets of D) before
 // one wait.  (Leaving a block's wgmmas in flight while the next block's weights are converted, wait_group
-// 1, is what ptxas cannot do with A in registers: it serializes them, C7513, docs/perf.md session 23.)
+// 1, is what ptxas cannot do with A in registers: it serializes them, C7513, docs/perf.md sessions 22-24.)
 template <int NR>
 __device__ __forceinline__ void pti_wg_mma_first(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                                  unsigned long long desc);
