@@ -551,4 +551,160 @@ __device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const un
 PTI_WG3_ALL(bf16_f32, 0)
 PTI_WG3_ALL(bf16_out, 1)
 
+// The long form (session 24): the lean form's loop, but each CTA takes SPC slices one after the other
+// (slices r, r + C, ... for rank r of a cluster of C = 8 / SPC), keeping each slice's partial sums in its
+// own shared memory until the cluster adds all 8 in slice order.  ncu of the lean form (docs/perf.md,
+// sessions 22-24): with one slice a CTA (16 blocks at K = 4096), the prologue and the cluster epilogue
+// took 39% of the samples, and clusters of 8 left a second wave (30 active clusters).  Weights and
+// activation tiles run on across the slices' seam (one block sequence of SPC x nb / 8 blocks).
+template <int TOUT, int MT, int WG, int PB, int DW, int SPC>
+__device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
+                                           const unsigned short* __restrict__ x, void* y, int M, int N, int K,
+                                           int nb, int ldx, int ldy) {
+    constexpr int NR = 8 * MT, ND = NR / 2, T = 128 * WG, C = 8 / SPC;
+    constexpr int STAGE = NR * 64, PHASE = PB * STAGE;
+    constexpr int BPI = T / (2 * NR);                    // blocks one round of half rows covers
+    constexpr int IP = PB / BPI;                         // half rows a thread moves, a phase
+    static_assert(T % (2 * NR) == 0 && PB % BPI == 0 && PB % DW == 0 && ND % C == 0, "probe shape");
+    extern __shared__ __align__(128) unsigned char pti_smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int sl = blockIdx.x % C, unit = blockIdx.x / C;
+    const int rg = unit * 4 * WG + warp;
+    const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem);
+    float* part = (float*)(pti_smem + 3 * PHASE);        // SPC sets of ND x T partial sums
+    const PtiCvt k = pti_cvt_masks<0>(0u);
+    pti_pdl_trigger();
+    pti_pdl_wait();
+    const int nblk = nb / 8, nph = nblk / PB, nseq = SPC * nblk;   // this CTA's block sequence
+    auto block_of = [&](int j) {   // sequence j -> the file's block (no division: SPC - 1 compares)
+        int b = sl;
+#pragma unroll
+        for (int z = 1; z < SPC; ++z)
+            if (j >= nblk) {
+                j -= nblk;
+                b += C;
+            }
+        return b + 8 * j;
+    };
+    const int h = tid & 1, xrow = (tid >> 1) % NR, bt = tid / (2 * NR);
+    const unsigned short* xt = x + (pti_u64)min(xrow, M - 1) * ldx + 8 * bt * 32 + 16 * h;
+    auto x_at = [&](int j) { return (const uint4*)(xt + block_of(j) * 32); };   // phase start j
+    const unsigned xs = sbase + bt * STAGE + (xrow >> 3) * 512 + (xrow & 7) * 16 + 8 * h;
+    auto store_half = [&](unsigned at, const uint4& a, const uint4& b) {
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at), "r"(a.x), "r"(b.x) : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 128), "r"(a.y), "r"(b.y) : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 256), "r"(a.z), "r"(b.z) : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 384), "r"(a.w), "r"(b.w) : "memory");
+    };
+    const uint4* qw = q + (pti_u64)rg * nb * 32 + lane;          // block b at qw + 32 b
+    const unsigned* sw = s + (pti_u64)rg * nb * 8 + (lane >> 2);   // its scales at sw + 8 b
+    uint4 wr[DW];
+    unsigned sr[DW];
+#pragma unroll
+    for (int i = 0; i < DW; ++i) {
+        wr[i] = pti_ld_stream(qw + 32 * block_of(i));
+        sr[i] = __ldg(sw + 8 * block_of(i));
+    }
+    {
+        const uint4* x0 = x_at(0);
+#pragma unroll
+        for (int i = 0; i < IP; ++i) store_half(xs + i * BPI * STAGE, __ldg(x0 + 32 * BPI * i), __ldg(x0 + 32 * BPI * i + 1));
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+
+    float acc[ND];
+#pragma unroll
+    for (int i = 0; i < ND; ++i) acc[i] = 0.f;
+    for (int ph = 0; ph < SPC * nph; ++ph) {
+        const unsigned tiles = sbase + (ph % 3) * PHASE;
+        const bool next = ph + 1 < SPC * nph;
+        const uint4* xn = x_at(min(ph + 1, SPC * nph - 1) * PB);
+        const unsigned xsn = xs + ((ph + 1) % 3) * PHASE;
+        uint4 xa, xb;
+#pragma unroll
+        for (int u = 0; u < PB; ++u) {
+            const int j = ph * PB + u;
+            unsigned a[8];
+            if (next && u >= 1 && u <= IP) store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
+            if (next && u < IP) {
+                xa = __ldg(xn + 32 * BPI * u);
+                xb = __ldg(xn + 32 * BPI * u + 1);
+            }
+            const uint4 w = wr[u % DW];
+            const unsigned sc = sr[u % DW];
+            const int bn = block_of(min(j + DW, nseq - 1));
+            wr[u % DW] = pti_ld_stream(qw + 32 * bn);
+            sr[u % DW] = __ldg(sw + 8 * bn);
+            pti_cvt4<0, false>(w.x, a[0], a[2], k);
+            pti_cvt4<0, false>(w.y, a[4], a[6], k);
+            pti_cvt4<0, false>(w.z, a[1], a[3], k);
+            pti_cvt4<0, false>(w.w, a[5], a[7], k);
+            float d[ND];
+            const unsigned tile = tiles + u * STAGE;
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            pti_wg_mma_first<NR>(d, a[0], a[1], a[2], a[3], pti_wg_desc(tile));
+            pti_wg_mma<NR>(d, a[4], a[5], a[6], a[7], pti_wg_desc(tile + 256), 1);
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            pti_wg_scale<ND>(acc, d, sc);
+        }
+        if (next) {
+            if (IP == PB) store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        }
+        if (ph % nph == nph - 1) {   // a slice done: park its partial sums, start the next slice at zero
+            float* pq = part + (ph / nph) * ND * T;
+#pragma unroll
+            for (int i = 0; i < ND; ++i) {
+                pq[i * T + tid] = acc[i];
+                acc[i] = 0.f;
+            }
+        }
+        __syncthreads();
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    const int g = lane >> 2, t = lane & 3;
+    const unsigned pbase = sbase + 3 * PHASE;
+#pragma unroll
+    for (int ii = 0; ii < ND / C; ++ii) {
+        const int i = sl * (ND / C) + ii;
+        float v = 0.f;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {   // slice r: rank r % C, its set r / C
+            const unsigned a = pbase + 4u * (((r / C) * ND + i) * T + tid);
+            float pv;
+            if (C == 1) {
+                asm volatile("ld.shared.f32 %0, [%1];" : "=f"(pv) : "r"(a) : "memory");
+            } else {
+                unsigned ra;
+                asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r % C));
+                asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
+            }
+            v = r == 0 ? pv : __fadd_rn(v, pv);
+        }
+        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
+        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+#define PTI_WG4(NAME, TOUT, MT, WG, PB, DW, OCC, C)                                                   \
+    extern "C" __global__ void __launch_bounds__(128 * WG, OCC) NAME(                               \
+        const uint4* q, const unsigned* s, const unsigned short* x, void* y, int M, int N, int K,  \
+        int nb, int ldx, int ldy) {                                                                \
+        pti_wg4_mm<TOUT, MT, WG, PB, DW, 8 / C>(q, s, x, y, M, N, K, nb, ldx, ldy);                 \
+    }
+#define PTI_WG4_ALL(TAG, TOUT) \
+    PTI_WG4(pti_wg_##TAG##_m8_w2_b4_d2_o2_c4, TOUT, 8, 2, 4, 2, 2, 4) \
+    PTI_WG4(pti_wg_##TAG##_m8_w1_b4_d2_o2_c4, TOUT, 8, 1, 4, 2, 2, 4) \
+    PTI_WG4(pti_wg_##TAG##_m8_w1_b4_d4_o2_c4, TOUT, 8, 1, 4, 4, 2, 4) \
+    PTI_WG4(pti_wg_##TAG##_m8_w1_b4_d2_o2_c2, TOUT, 8, 1, 4, 2, 2, 2) \
+    PTI_WG4(pti_wg_##TAG##_m8_w1_b4_d4_o2_c2, TOUT, 8, 1, 4, 4, 2, 2) \
+    PTI_WG4(pti_wg_##TAG##_m8_w1_b2_d2_o1_c1, TOUT, 8, 1, 2, 2, 1, 1) \
+    PTI_WG4(pti_wg_##TAG##_m4_w2_b8_d4_o2_c4, TOUT, 4, 2, 8, 4, 2, 4) \
+    PTI_WG4(pti_wg_##TAG##_m4_w2_b8_d4_o2_c2, TOUT, 4, 2, 8, 4, 2, 2)
+PTI_WG4_ALL(bf16_f32, 0)
+PTI_WG4_ALL(bf16_out, 1)
+
 #endif

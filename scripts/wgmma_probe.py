@@ -2,7 +2,7 @@
 """The wgmma probe (scripts/wgmma_probe.cu) on the H200: its registers and spills, whether its outputs
 have the policy kernels' bits, and its time next to the policy's, rotating copies past the L2 as
 `pti bench --kernels` does.
-    python3 scripts/wgmma_probe.py [--compile-only]      (--compile-only: no GPU, NVRTC's report)
+    python3 scripts/wgmma_probe.py [--compile-only] [--variants A,B,...]   (--compile-only: no GPU, NVRTC's report)
     python3 scripts/wgmma_probe.py --launch VARIANT N K M (two launches of one variant, for ncu)"""
 
 import ctypes
@@ -24,6 +24,9 @@ VARIANTS += [f"m{m}_w{w}_b{b}_d{d}_g{g}_f{f}_o{o}" for m, w, b, d, g, f, o in (
     (4, 2, 8, 4, 2, 16, 1), (8, 1, 4, 2, 1, 0, 2), (8, 1, 4, 4, 1, 0, 2), (8, 1, 8, 8, 1, 0, 2),
     (8, 1, 4, 4, 2, 0, 2), (8, 2, 4, 2, 1, 0, 2), (8, 2, 4, 4, 1, 0, 1), (8, 2, 4, 2, 2, 0, 1),
     (8, 1, 4, 2, 1, 8, 2), (8, 1, 4, 2, 1, 16, 2), (8, 1, 4, 4, 2, 16, 2), (8, 2, 4, 2, 2, 16, 1))]
+# session 24's long form: c CTAs a cluster, each taking 8 / c slices in sequence
+VARIANTS += ["m8_w2_b4_d2_o2_c4", "m8_w1_b4_d2_o2_c4", "m8_w1_b4_d4_o2_c4", "m8_w1_b4_d2_o2_c2", "m8_w1_b4_d4_o2_c2",
+             "m8_w1_b2_d2_o1_c1", "m4_w2_b8_d4_o2_c4", "m4_w2_b8_d4_o2_c2"]
 
 
 def probe_source() -> str:
@@ -41,6 +44,8 @@ def smem_bytes(v: str) -> int:
     p = parts(v)
     nr = 8 * p["m"]
     part = (nr // 2) * 128 * p["w"] * 4
+    if "c" in p:   # the long form: 3 phases of b blocks' tiles, then the 8 / c slices' partial sums
+        return 3 * p["b"] * nr * 64 + (8 // p["c"]) * (nr // 2) * 128 * p["w"] * 4
     if "b" in p:   # the lean form: 3 phases of b blocks' tiles; the partial sums reuse them
         return max(3 * p["b"] * nr * 64, part)
     if "s" in p:   # the cp.async ring: S stages of U blocks (tile + each warp's weights and scales)
@@ -58,6 +63,8 @@ def main() -> None:
             print(line)
     if "--compile-only" in sys.argv:
         return
+    if "--variants" in sys.argv:   # a comma-separated subset
+        VARIANTS[:] = sys.argv[sys.argv.index("--variants") + 1].split(",")
     import torch
 
     from pti_cli.backends.cuda import CudaBackend, _cu, launch_kernel
@@ -80,8 +87,9 @@ def main() -> None:
         vals = (p.q.data_ptr(), p.s.data_ptr(), x.data_ptr(), y.data_ptr(), m, p.rows, p.cols, nb, x.stride(0), y.stride(0))
         types = (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 6
         stream = torch.cuda.current_stream().cuda_stream
-        launch_kernel(drv, fn[f"{tag}_{v}"], (8 * (p.q.shape[0] // (4 * parts(v)["w"])),), (128 * parts(v)["w"],),
-                      smem_bytes(v), stream, (vals, types), False, v, cluster=8)
+        c = parts(v).get("c", 8)
+        launch_kernel(drv, fn[f"{tag}_{v}"], (c * (p.q.shape[0] // (4 * parts(v)["w"])),), (128 * parts(v)["w"],),
+                      smem_bytes(v), stream, (vals, types), False, v, cluster=c)
 
     def fits(v, m):
         return 8 * parts(v)["m"] >= m and 8 * parts(v)["m"] < 2 * max(m, 8) + 8
