@@ -64,6 +64,68 @@ __device__ __forceinline__ void pti_wg_mma<64>(float* d, unsigned a0, unsigned a
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
 }
 
+// The policy's step after a block's wgmmas have been waited for: acc = fma(scale, D, acc), the scale word's
+// low half for weight row g, high half for row g + 8.
+template <int ND>
+__device__ __forceinline__ void pti_wg_scale(float* acc, const float* d, unsigned sc) {
+#pragma unroll
+    for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(((float*)d)[i])::"memory");   // after the wait
+    const float d_lo = pti_f16_to_f32((unsigned short)(sc & 0xffffu));
+    const float d_hi = pti_f16_to_f32((unsigned short)(sc >> 16));
+#pragma unroll
+    for (int i = 0; i < ND; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
+}
+// One block of sessions 22's forms: convert the warp's weights (A), two chained k16 wgmmas from zero, wait,
+// then acc = fma(scale, D, acc).
+template <int NR>
+__device__ __forceinline__ void pti_wg_block(float* acc, const uint4& w, unsigned tile, unsigned sc, const PtiCvt& k) {
+    unsigned g01, g23, g45, g67, h01, h23, h45, h67;
+    pti_cvt4<0, false>(w.x, g01, g23, k);
+    pti_cvt4<0, false>(w.y, g45, g67, k);
+    pti_cvt4<0, false>(w.z, h01, h23, k);
+    pti_cvt4<0, false>(w.w, h45, h67, k);
+    float d[NR / 2];
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    pti_wg_mma<NR>(d, g01, h01, g23, h23, pti_wg_desc(tile), 0);
+    pti_wg_mma<NR>(d, g45, h45, g67, h67, pti_wg_desc(tile + 256), 1);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    pti_wg_scale<NR / 2>(acc, d, sc);
+}
+
+// The cluster's ordered sum and the store.  This CTA (rank sl of C) takes ND / C elements i of every
+// thread's column and adds the 8 slices' partial sums in slice order (v = p0; v += p1; ...: pti_finish's
+// order); slice r's sums are set r / C of rank r % C, element i of thread tid at pbase + 4 ((set ND + i) T
+// + tid).  D layout (per warp as mma.sync's C): element i is weight row 16 (warp % 4) + g + 8 ((i >> 1) & 1),
+// activation row 8 (i >> 2) + 2 t + (i & 1).  The first cluster barrier publishes every rank's sums, the
+// second keeps them until the last reader is done.
+template <int TOUT, int ND, int T, int C>
+__device__ __forceinline__ void pti_wg_cluster_out(unsigned pbase, int sl, int rg, void* y, int M, int N, int ldy) {
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#pragma unroll
+    for (int ii = 0; ii < ND / C; ++ii) {
+        const int i = sl * (ND / C) + ii;
+        float v = 0.f;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            const unsigned a = pbase + 4u * (((r / C) * ND + i) * T + tid);
+            float pv;
+            if (C == 1) {
+                asm volatile("ld.shared.f32 %0, [%1];" : "=f"(pv) : "r"(a) : "memory");
+            } else {
+                unsigned ra;
+                asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r % C));
+                asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
+            }
+            v = r == 0 ? pv : __fadd_rn(v, pv);
+        }
+        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
+        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // MT tiles of 8 activation rows (NR = 8 MT, the wgmma's N), U blocks a step, WG warpgroups a CTA (64
 // weight rows each, sharing the activation tiles).  A cluster of 8 CTAs computes one unit of 64 WG
 // rows: CTA r the slice r (blocks b = r mod 8); each writes its slice sums to its shared memory, and
@@ -144,24 +206,7 @@ __device__ __forceinline__ void pti_wg_mm(const uint4* __restrict__ q, const uns
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            unsigned g01, g23, g45, g67, h01, h23, h45, h67;
-            pti_cvt4<0, false>(wc[u].x, g01, g23, k);
-            pti_cvt4<0, false>(wc[u].y, g45, g67, k);
-            pti_cvt4<0, false>(wc[u].z, h01, h23, k);
-            pti_cvt4<0, false>(wc[u].w, h45, h67, k);
-            const unsigned tile = sbase + ((st & 1) * U + u) * STAGE;
-            float d[ND];
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-            pti_wg_mma<NR>(d, g01, h01, g23, h23, pti_wg_desc(tile), 0);
-            pti_wg_mma<NR>(d, g45, h45, g67, h67, pti_wg_desc(tile + 256), 1);
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-            for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(d[i])::"memory");
-            const float d_lo = pti_f16_to_f32((unsigned short)(sc[u] & 0xffffu));
-            const float d_hi = pti_f16_to_f32((unsigned short)(sc[u] >> 16));
-#pragma unroll
-            for (int i = 0; i < ND; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
+            pti_wg_block<NR>(acc, wc[u], sbase + ((st & 1) * U + u) * STAGE, sc[u], k);
         }
         if (more) store_x((st + 1) & 1);
         __syncthreads();
@@ -173,29 +218,7 @@ __device__ __forceinline__ void pti_wg_mm(const uint4* __restrict__ q, const uns
     }
 #pragma unroll
     for (int i = 0; i < ND; ++i) part[i * T + tid] = acc[i];
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    // This CTA's eighth: elements i = sl ND/8 .. of every thread's column, summed over the slices in order
-    // (v = p0; v += p1; ...: pti_finish's order).  D layout (per warp as mma.sync's C): element i is
-    // weight row 16 (warp % 4) + g + 8 ((i >> 1) & 1), activation row 8 (i >> 2) + 2 t + (i & 1).
-    const int g = lane >> 2, t = lane & 3;
-    const unsigned pbase = (unsigned)__cvta_generic_to_shared(part);
-#pragma unroll
-    for (int ii = 0; ii < ND / 8; ++ii) {
-        const int i = sl * (ND / 8) + ii;
-        const unsigned a = pbase + 4u * (i * T + tid);
-        float v = 0.f;
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {
-            unsigned ra;
-            float pv;
-            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r));
-            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
-            v = r == 0 ? pv : __fadd_rn(v, pv);
-        }
-        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
-        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    pti_wg_cluster_out<TOUT, ND, T, 8>((unsigned)__cvta_generic_to_shared(part), sl, rg, y, M, N, ldy);
 }
 
 // The same with an S-stage ring in shared memory filled by cp.async (weights 16 bytes a lane, scales,
@@ -266,48 +289,12 @@ __device__ __forceinline__ void pti_wg2_mm(const uint4* __restrict__ q, const un
             const unsigned char* wp = pti_smem + (j % S) * STAGE + U * TILE + (u * W + warp) * WB;
             const uint4 w = *(const uint4*)(wp + 16 * lane);
             const unsigned sc = *(const unsigned*)(wp + 512 + 4 * (lane >> 2));
-            unsigned g01, g23, g45, g67, h01, h23, h45, h67;
-            pti_cvt4<0, false>(w.x, g01, g23, k);
-            pti_cvt4<0, false>(w.y, g45, g67, k);
-            pti_cvt4<0, false>(w.z, h01, h23, k);
-            pti_cvt4<0, false>(w.w, h45, h67, k);
-            const unsigned tile = st + u * TILE;
-            float d[ND];
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-            pti_wg_mma<NR>(d, g01, h01, g23, h23, pti_wg_desc(tile), 0);
-            pti_wg_mma<NR>(d, g45, h45, g67, h67, pti_wg_desc(tile + 256), 1);
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-            for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(d[i])::"memory");
-            const float d_lo = pti_f16_to_f32((unsigned short)(sc & 0xffffu));
-            const float d_hi = pti_f16_to_f32((unsigned short)(sc >> 16));
-#pragma unroll
-            for (int i = 0; i < ND; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
+            pti_wg_block<NR>(acc, w, st + u * TILE, sc, k);
         }
     }
 #pragma unroll
     for (int i = 0; i < ND; ++i) part[i * T + tid] = acc[i];
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    const int g = lane >> 2, t = lane & 3;
-    const unsigned pbase = (unsigned)__cvta_generic_to_shared(part);
-#pragma unroll
-    for (int ii = 0; ii < ND / 8; ++ii) {
-        const int i = sl * (ND / 8) + ii;
-        const unsigned a = pbase + 4u * (i * T + tid);
-        float v = 0.f;
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {
-            unsigned ra;
-            float pv;
-            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r));
-            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
-            v = r == 0 ? pv : __fadd_rn(v, pv);
-        }
-        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
-        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    pti_wg_cluster_out<TOUT, ND, T, 8>((unsigned)__cvta_generic_to_shared(part), sl, rg, y, M, N, ldy);
 }
 
 #define PTI_WG2(NAME, TOUT, MT, U, WG, S)                                                            \
@@ -391,15 +378,15 @@ __device__ __forceinline__ void pti_wg_mma_first<64>(float* d, unsigned a0, unsi
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
 }
 
-template <int ND>
-__device__ __forceinline__ void pti_wg_scale(float* acc, const float* d, unsigned sc) {
-#pragma unroll
-    for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(((float*)d)[i])::"memory");   // after the wait
-    const float d_lo = pti_f16_to_f32((unsigned short)(sc & 0xffffu));
-    const float d_hi = pti_f16_to_f32((unsigned short)(sc >> 16));
-#pragma unroll
-    for (int i = 0; i < ND; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
+// One half row of a block's activation tile (two 16-byte pieces a, b) into shared memory: word w of both
+// pieces -> core w.
+__device__ __forceinline__ void pti_wg_store_half(unsigned at, const uint4& a, const uint4& b) {
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at), "r"(a.x), "r"(b.x) : "memory");
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 128), "r"(a.y), "r"(b.y) : "memory");
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 256), "r"(a.z), "r"(b.z) : "memory");
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 384), "r"(a.w), "r"(b.w) : "memory");
 }
+
 
 template <int TOUT, int MT, int WG, int PB, int DW, int G, int PF>
 __device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
@@ -423,12 +410,6 @@ __device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const un
     const int h = tid & 1, xrow = (tid >> 1) % NR, bt = tid / (2 * NR);
     const uint4* xg = (const uint4*)(x + (pti_u64)min(xrow, M - 1) * ldx + (sl + 8 * bt) * 32 + 16 * h);
     const unsigned xs = sbase + bt * STAGE + (xrow >> 3) * 512 + (xrow & 7) * 16 + 8 * h;
-    auto store_half = [&](unsigned at, const uint4& a, const uint4& b) {   // word w of both pieces -> core w
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at), "r"(a.x), "r"(b.x) : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 128), "r"(a.y), "r"(b.y) : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 256), "r"(a.z), "r"(b.z) : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 384), "r"(a.w), "r"(b.w) : "memory");
-    };
     const uint4* qw = q + ((pti_u64)rg * nb + sl) * 32 + lane;     // slice block j at qw + 256 j
     const unsigned* sw = s + ((pti_u64)rg * nb + sl) * 8 + (lane >> 2);
     uint4 wr[DW];
@@ -439,7 +420,7 @@ __device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const un
         sr[i] = __ldg(sw + 64 * i);
     }
 #pragma unroll
-    for (int i = 0; i < IP; ++i) store_half(xs + i * BPI * STAGE, __ldg(xg + 32 * BPI * i), __ldg(xg + 32 * BPI * i + 1));
+    for (int i = 0; i < IP; ++i) pti_wg_store_half(xs + i * BPI * STAGE, __ldg(xg + 32 * BPI * i), __ldg(xg + 32 * BPI * i + 1));
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
 
@@ -458,7 +439,7 @@ __device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const un
 #pragma unroll
             for (int e = 0; e < G; ++e) {
                 const int u = u0 + e, j = ph * PB + u;
-                if (next && u >= 1 && u <= IP) store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
+                if (next && u >= 1 && u <= IP) pti_wg_store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
                 if (next && u < IP) {
                     xa = __ldg(xn + 32 * BPI * u);
                     xb = __ldg(xn + 32 * BPI * u + 1);
@@ -490,7 +471,7 @@ __device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const un
             for (int e = 0; e < G; ++e) pti_wg_scale<ND>(acc, d[e], sc[e]);
         }
         if (next) {
-            if (IP == PB) store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
+            if (IP == PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
         __syncthreads();
@@ -499,26 +480,7 @@ __device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const un
     float* part = (float*)pti_smem;
 #pragma unroll
     for (int i = 0; i < ND; ++i) part[i * T + tid] = acc[i];
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    const int g = lane >> 2, t = lane & 3;
-    const unsigned pbase = sbase;
-#pragma unroll
-    for (int ii = 0; ii < ND / 8; ++ii) {
-        const int i = sl * (ND / 8) + ii;
-        const unsigned a = pbase + 4u * (i * T + tid);
-        float v = 0.f;
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {
-            unsigned ra;
-            float pv;
-            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r));
-            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
-            v = r == 0 ? pv : __fadd_rn(v, pv);
-        }
-        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
-        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    pti_wg_cluster_out<TOUT, ND, T, 8>(sbase, sl, rg, y, M, N, ldy);
 }
 
 #define PTI_WG3(NAME, TOUT, MT, WG, PB, DW, G, PF, OCC)                                                \
@@ -590,12 +552,6 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
     const unsigned short* xt = x + (pti_u64)min(xrow, M - 1) * ldx + 8 * bt * 32 + 16 * h;
     auto x_at = [&](int j) { return (const uint4*)(xt + block_of(j) * 32); };   // phase start j
     const unsigned xs = sbase + bt * STAGE + (xrow >> 3) * 512 + (xrow & 7) * 16 + 8 * h;
-    auto store_half = [&](unsigned at, const uint4& a, const uint4& b) {
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at), "r"(a.x), "r"(b.x) : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 128), "r"(a.y), "r"(b.y) : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 256), "r"(a.z), "r"(b.z) : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(at + 384), "r"(a.w), "r"(b.w) : "memory");
-    };
     const uint4* qw = q + (pti_u64)rg * nb * 32 + lane;          // block b at qw + 32 b
     const unsigned* sw = s + (pti_u64)rg * nb * 8 + (lane >> 2);   // its scales at sw + 8 b
     uint4 wr[DW];
@@ -608,7 +564,7 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
     {
         const uint4* x0 = x_at(0);
 #pragma unroll
-        for (int i = 0; i < IP; ++i) store_half(xs + i * BPI * STAGE, __ldg(x0 + 32 * BPI * i), __ldg(x0 + 32 * BPI * i + 1));
+        for (int i = 0; i < IP; ++i) pti_wg_store_half(xs + i * BPI * STAGE, __ldg(x0 + 32 * BPI * i), __ldg(x0 + 32 * BPI * i + 1));
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
@@ -626,7 +582,7 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
         for (int u = 0; u < PB; ++u) {
             const int j = ph * PB + u;
             unsigned a[8];
-            if (next && u >= 1 && u <= IP) store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
+            if (next && u >= 1 && u <= IP) pti_wg_store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
             if (next && u < IP) {
                 xa = __ldg(xn + 32 * BPI * u);
                 xb = __ldg(xn + 32 * BPI * u + 1);
@@ -650,7 +606,7 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
             pti_wg_scale<ND>(acc, d, sc);
         }
         if (next) {
-            if (IP == PB) store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
+            if (IP == PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
         if (ph % nph == nph - 1) {   // a slice done: park its partial sums, start the next slice at zero
@@ -663,30 +619,7 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
         }
         __syncthreads();
     }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    const int g = lane >> 2, t = lane & 3;
-    const unsigned pbase = sbase + 3 * PHASE;
-#pragma unroll
-    for (int ii = 0; ii < ND / C; ++ii) {
-        const int i = sl * (ND / C) + ii;
-        float v = 0.f;
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {   // slice r: rank r % C, its set r / C
-            const unsigned a = pbase + 4u * (((r / C) * ND + i) * T + tid);
-            float pv;
-            if (C == 1) {
-                asm volatile("ld.shared.f32 %0, [%1];" : "=f"(pv) : "r"(a) : "memory");
-            } else {
-                unsigned ra;
-                asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r % C));
-                asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
-            }
-            v = r == 0 ? pv : __fadd_rn(v, pv);
-        }
-        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
-        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    pti_wg_cluster_out<TOUT, ND, T, C>(sbase + 3 * PHASE, sl, rg, y, M, N, ldy);
 }
 
 #define PTI_WG4(NAME, TOUT, MT, WG, PB, DW, OCC, C)                                                   \
