@@ -640,4 +640,179 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
 PTI_WG4_ALL(bf16_f32, 0)
 PTI_WG4_ALL(bf16_out, 1)
 
+// The ring form (session 25): weights and scales reach shared memory by bulk copies (cp.async.bulk, the copy
+// engine) into an S-stage ring, so that the bytes in flight cost no registers (ncu of the lean form: 40-47%
+// of its stalls were weights loaded d = 2 blocks earlier); each warp reads its block's 512 bytes from there.
+// No producer warp: a ring stage is one phase of the activation ring, so the barrier that ends phase j also
+// frees stage j's slot, and thread 0 refills it with stage j + S right there (a 5th warp a scheduler would
+// cap the registers at 96).  Needs the probe's second weight layout (wgmma_probe.py: ring_layout): for unit
+// u (R = 4 WG row groups) and cluster rank r, the CTA's sequence of SPC slices (r, r + C, ...) x nb / 8
+// blocks, each block [R row groups][512 bytes], and the scales the same way ([R][8 words] a block); a stage
+// is PB blocks (PB x R x 512 bytes of weights, then PB x R x 32 of scales).  Shared memory: S mbarriers
+// (128 bytes), the activation ring (3 phases), the weight ring; the partial sums reuse the rings (SPC = 1)
+// or follow them.
+__device__ __forceinline__ void pti_wg_bar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void pti_wg_bar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void pti_wg_bar_expect(unsigned bar, unsigned tx) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(bar), "r"(tx) : "memory");
+}
+__device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+template <int TOUT, int MT, int WG, int PB, int S, int SPC>
+__device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
+                                           const unsigned short* __restrict__ x, void* y, int M, int N, int K,
+                                           int nb, int ldx, int ldy) {
+    constexpr int NR = 8 * MT, ND = NR / 2, T = 128 * WG, C = 8 / SPC, R = 4 * WG;
+    constexpr int STAGE = NR * 64, PHASE = PB * STAGE;
+    constexpr int WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB);   // a block's weights, scales; a stage
+    constexpr int BPI = T / (2 * NR);                    // blocks one round of half rows covers
+    constexpr int IP = (PB + BPI - 1) / BPI;             // half rows a thread moves, a phase
+    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB, "probe shape");
+    extern __shared__ __align__(128) unsigned char pti_smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int sl = blockIdx.x % C, unit = blockIdx.x / C;
+    const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem);
+    const unsigned full = sbase;                          // stage slot i's barrier at + 8 i
+    const unsigned abase = sbase + 128, wbase = abase + 3 * PHASE;
+    const int nblk = nb / 8, nseq = SPC * nblk, nst = nseq / PB;
+    const char* qc = (const char*)q + (pti_u64)blockIdx.x * nseq * WB;   // this CTA's blocks
+    const char* scs = (const char*)s + (pti_u64)blockIdx.x * nseq * SB;
+    auto fill = [&](int i) {   // stage i into its slot (thread 0)
+        const int st = i % S;
+        pti_wg_bar_expect(full + 8 * st, WSTAGE);
+        pti_wg_bulk(wbase + st * WSTAGE, qc + (pti_u64)i * PB * WB, PB * WB, full + 8 * st);
+        pti_wg_bulk(wbase + st * WSTAGE + PB * WB, scs + (pti_u64)i * PB * SB, PB * SB, full + 8 * st);
+    };
+    if (tid == 0) {
+        for (int i = 0; i < S; ++i) pti_wg_bar_init(full + 8 * i, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int i = 0; i < min(S, nst); ++i) fill(i);   // the weights need not wait for the previous kernel
+    }
+    __syncthreads();
+    pti_pdl_trigger();
+    const int rg = unit * R + warp;
+    const PtiCvt k = pti_cvt_masks<0>(0u);
+    pti_pdl_wait();
+    auto block_of = [&](int j) {   // sequence j -> the file's block (no division: SPC - 1 compares)
+        int b = sl;
+#pragma unroll
+        for (int z = 1; z < SPC; ++z)
+            if (j >= nblk) {
+                j -= nblk;
+                b += C;
+            }
+        return b + 8 * j;
+    };
+    const int h = tid & 1, xrow = (tid >> 1) % NR, bt = tid / (2 * NR);
+    const unsigned short* xt = x + (pti_u64)min(xrow, M - 1) * ldx + 8 * bt * 32 + 16 * h;
+    auto x_at = [&](int j) { return (const uint4*)(xt + block_of(j) * 32); };   // phase start j
+    const unsigned xs = abase + bt * STAGE + (xrow >> 3) * 512 + (xrow & 7) * 16 + 8 * h;
+    {
+        const uint4* x0 = x_at(0);
+#pragma unroll
+        for (int i = 0; i < IP; ++i)
+            if (bt + BPI * i < PB) pti_wg_store_half(xs + i * BPI * STAGE, __ldg(x0 + 32 * BPI * i), __ldg(x0 + 32 * BPI * i + 1));
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+
+    float acc[ND];
+#pragma unroll
+    for (int i = 0; i < ND; ++i) acc[i] = 0.f;
+    for (int ph = 0; ph < nst; ++ph) {
+        const int st = ph % S;
+        const unsigned tiles = abase + (ph % 3) * PHASE;
+        const bool next = ph + 1 < nst;
+        const uint4* xn = x_at(min(ph + 1, nst - 1) * PB);
+        const unsigned xsn = xs + ((ph + 1) % 3) * PHASE;
+        const unsigned wq = wbase + st * WSTAGE + warp * 512 + lane * 16;
+        const unsigned ws = wbase + st * WSTAGE + PB * WB + warp * 32 + (lane >> 2) * 4;
+        uint4 xa, xb, wn;
+        unsigned sn;
+        pti_wg_bar_wait(full + 8 * st, (ph / S) & 1);
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(wn.x), "=r"(wn.y), "=r"(wn.z), "=r"(wn.w) : "r"(wq) : "memory");
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws) : "memory");
+#pragma unroll
+        for (int u = 0; u < PB; ++u) {
+            unsigned a[8];
+            if (next && u >= 1 && u <= IP && bt + BPI * (u - 1) < PB) pti_wg_store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
+            if (next && u < IP && bt + BPI * u < PB) {
+                xa = __ldg(xn + 32 * BPI * u);
+                xb = __ldg(xn + 32 * BPI * u + 1);
+            }
+            const uint4 w = wn;
+            const unsigned sc = sn;
+            if (u + 1 < PB) {
+                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(wn.x), "=r"(wn.y), "=r"(wn.z), "=r"(wn.w)
+                             : "r"(wq + (u + 1) * WB) : "memory");
+                asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws + (u + 1) * SB) : "memory");
+            }
+            pti_cvt4<0, false>(w.x, a[0], a[2], k);
+            pti_cvt4<0, false>(w.y, a[4], a[6], k);
+            pti_cvt4<0, false>(w.z, a[1], a[3], k);
+            pti_cvt4<0, false>(w.w, a[5], a[7], k);
+            float d[ND];
+            const unsigned tile = tiles + u * STAGE;
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            pti_wg_mma_first<NR>(d, a[0], a[1], a[2], a[3], pti_wg_desc(tile));
+            pti_wg_mma<NR>(d, a[4], a[5], a[6], a[7], pti_wg_desc(tile + 256), 1);
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            pti_wg_scale<ND>(acc, d, sc);
+        }
+        if (next) {
+            if (IP == PB && bt + BPI * (IP - 1) < PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        }
+        if (SPC > 1 && ph % (nblk / PB) == nblk / PB - 1) {   // a slice done: park its sums, restart at zero
+            float* pq = (float*)(pti_smem + 128 + 3 * PHASE + S * WSTAGE) + (ph / (nblk / PB)) * ND * T;
+#pragma unroll
+            for (int i = 0; i < ND; ++i) {
+                pq[i * T + tid] = acc[i];
+                acc[i] = 0.f;
+            }
+        }
+        __syncthreads();   // every warp is past stage ph's words and phase ph's tiles
+        if (tid == 0 && ph + S < nst) fill(ph + S);
+    }
+    if (SPC == 1) {   // every consumer's wgmmas and every copy are done: the sums reuse the rings
+        float* part = (float*)(pti_smem + 128);
+#pragma unroll
+        for (int i = 0; i < ND; ++i) part[i * T + tid] = acc[i];
+    }
+    pti_wg_cluster_out<TOUT, ND, T, C>(abase + (SPC == 1 ? 0 : 3 * PHASE + S * WSTAGE), sl, rg, y, M, N, ldy);
+}
+
+#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C)                                                    \
+    extern "C" __global__ void __launch_bounds__(128 * WG, OCC) NAME(                             \
+        const uint4* q, const unsigned* s, const unsigned short* x, void* y, int M, int N, int K,  \
+        int nb, int ldx, int ldy) {                                                                \
+        pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C>(q, s, x, y, M, N, K, nb, ldx, ldy);                  \
+    }
+#define PTI_WG5_ALL(TAG, TOUT) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8)
+PTI_WG5_ALL(bf16_f32, 0)
+PTI_WG5_ALL(bf16_out, 1)
+
 #endif

@@ -27,6 +27,9 @@ VARIANTS += [f"m{m}_w{w}_b{b}_d{d}_g{g}_f{f}_o{o}" for m, w, b, d, g, f, o in (
 # session 24's long form: c CTAs a cluster, each taking 8 / c slices in sequence
 VARIANTS += ["m8_w2_b4_d2_o2_c4", "m8_w1_b4_d2_o2_c4", "m8_w1_b4_d4_o2_c4", "m8_w1_b4_d2_o2_c2", "m8_w1_b4_d4_o2_c2",
              "m8_w1_b2_d2_o1_c1", "m4_w2_b8_d4_o2_c4", "m4_w2_b8_d4_o2_c2"]
+# session 25's ring form: r stages of b blocks' weights and scales, bulk copies
+RING = ["m8_w4_b4_r4_o1_c8", "m8_w4_b4_r3_o1_c8", "m8_w4_b2_r6_o1_c8", "m8_w4_b2_r8_o1_c8", "m8_w2_b2_r6_o2_c8", "m8_w2_b4_r3_o2_c8", "m8_w4_b2_r4_o1_c4", "m4_w4_b4_r4_o1_c8", "m4_w4_b2_r8_o1_c8", "m4_w2_b4_r4_o2_c8"]
+VARIANTS += RING
 
 
 def probe_source() -> str:
@@ -44,6 +47,9 @@ def smem_bytes(v: str) -> int:
     p = parts(v)
     nr = 8 * p["m"]
     part = (nr // 2) * 128 * p["w"] * 4
+    if "r" in p:   # the ring form: barriers, 3 phases of tiles, r stages of b blocks (weights, scales), sums
+        rings = 3 * p["b"] * nr * 64 + p["r"] * p["b"] * 4 * p["w"] * 544
+        return 128 + (max(rings, part) if p["c"] == 8 else rings + (8 // p["c"]) * part)
     if "c" in p:   # the long form: 3 phases of b blocks' tiles, then the 8 / c slices' partial sums
         return 3 * p["b"] * nr * 64 + (8 // p["c"]) * (nr // 2) * 128 * p["w"] * 4
     if "b" in p:   # the lean form: 3 phases of b blocks' tiles; the partial sums reuse them
@@ -51,6 +57,19 @@ def smem_bytes(v: str) -> int:
     if "s" in p:   # the cp.async ring: S stages of U blocks (tile + each warp's weights and scales)
         return p["s"] * p["u"] * (nr * 64 + 4 * p["w"] * 544) + part
     return 2 * p["u"] * nr * 64 + part
+
+
+def ring_layout(p, v: str):
+    """The ring form's weight layout (wgmma_probe.cu, pti_wg5_mm): each CTA's blocks contiguous, in its
+    sequence of slices, [R row groups] within a block; the scales the same way."""
+    from pti_cli.backends.repack import Packed
+    w, c = parts(v)["w"], parts(v)["c"]
+    g, nb = p.q.shape[:2]
+    r, spc = 4 * w, 8 // c
+
+    def perm(t):
+        return t.reshape(g // r, r, nb // 8, spc, c, -1).permute(0, 4, 3, 2, 1, 5).contiguous()
+    return Packed(perm(p.q.reshape(g, nb, 512)).reshape(p.q.shape), perm(p.s).reshape(p.s.shape), p.rows, p.cols, p.code)
 
 
 def main() -> None:
@@ -81,6 +100,8 @@ def main() -> None:
             _cu(drv.cuFuncSetAttribute(f, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        smem_bytes(v)), "smem attr")
 
+    ring_packs = {}   # (id(pack), w, c) -> (pack, its ring layout): the pack is kept so its id is not reused
+
     def launch_wg(tag, v, p, x, y):
         m, k = x.shape
         nb = p.q.shape[1]
@@ -88,6 +109,11 @@ def main() -> None:
         types = (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 6
         stream = torch.cuda.current_stream().cuda_stream
         c = parts(v).get("c", 8)
+        if "r" in parts(v):   # the ring form reads its own layout (cached a pack)
+            key = (id(p), parts(v)["w"], c)
+            if key not in ring_packs:
+                ring_packs[key] = (p, ring_layout(p, v))
+            p = ring_packs[key][1]
         launch_kernel(drv, fn[f"{tag}_{v}"], (c * (p.q.shape[0] // (4 * parts(v)["w"])),), (128 * parts(v)["w"],),
                       smem_bytes(v), stream, (vals, types), False, v, cluster=c)
 
@@ -153,6 +179,7 @@ def main() -> None:
                     line.append(f"{v} {tv * 1e6:7.1f} ({100 * nbytes / tv / denom:4.1f}%) x{tv / t1:4.2f}")
             print(" | ".join(line), flush=True)
         del packs
+        ring_packs.clear()
         torch.cuda.empty_cache()
 
 
