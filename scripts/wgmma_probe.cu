@@ -388,6 +388,48 @@ __device__ __forceinline__ void pti_wg_store_half(unsigned at, const uint4& a, c
 }
 
 
+// One block of sessions 23-25's forms: as pti_wg_block, with the A fragments in the order the first wgmma
+// (which overwrites D: no zeroing) takes them.
+template <int NR>
+__device__ __forceinline__ void pti_wg_block_first(float* acc, const uint4& w, unsigned tile, unsigned sc,
+                                                   const PtiCvt& k) {
+    unsigned a[8];
+    pti_cvt4<0, false>(w.x, a[0], a[2], k);
+    pti_cvt4<0, false>(w.y, a[4], a[6], k);
+    pti_cvt4<0, false>(w.z, a[1], a[3], k);
+    pti_cvt4<0, false>(w.w, a[5], a[7], k);
+    float d[NR / 2];
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    pti_wg_mma_first<NR>(d, a[0], a[1], a[2], a[3], pti_wg_desc(tile));
+    pti_wg_mma<NR>(d, a[4], a[5], a[6], a[7], pti_wg_desc(tile + 256), 1);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    pti_wg_scale<NR / 2>(acc, d, sc);
+}
+// The long forms' block sequence: a CTA of rank sl (of C) takes slices sl, sl + C, ... (SPC of them, nblk
+// blocks each, block b of slice r is file block r + 8 b); sequence j -> the file's block, without a division
+// (SPC - 1 compares).
+template <int SPC>
+__device__ __forceinline__ int pti_wg_seq_block(int j, int nblk, int sl, int C) {
+    int b = sl;
+#pragma unroll
+    for (int z = 1; z < SPC; ++z)
+        if (j >= nblk) {
+            j -= nblk;
+            b += C;
+        }
+    return b + 8 * j;
+}
+// A slice done: park its partial sums at pq (element i of thread tid at pq[i T + tid]), restart at zero.
+template <int ND, int T>
+__device__ __forceinline__ void pti_wg_park(float* pq, float* acc, int tid) {
+#pragma unroll
+    for (int i = 0; i < ND; ++i) {
+        pq[i * T + tid] = acc[i];
+        acc[i] = 0.f;
+    }
+}
+
 template <int TOUT, int MT, int WG, int PB, int DW, int G, int PF>
 __device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
                                            const unsigned short* __restrict__ x, void* y, int M, int N, int K,
@@ -538,16 +580,7 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
     pti_pdl_trigger();
     pti_pdl_wait();
     const int nblk = nb / 8, nph = nblk / PB, nseq = SPC * nblk;   // this CTA's block sequence
-    auto block_of = [&](int j) {   // sequence j -> the file's block (no division: SPC - 1 compares)
-        int b = sl;
-#pragma unroll
-        for (int z = 1; z < SPC; ++z)
-            if (j >= nblk) {
-                j -= nblk;
-                b += C;
-            }
-        return b + 8 * j;
-    };
+    auto block_of = [&](int j) { return pti_wg_seq_block<SPC>(j, nblk, sl, C); };
     const int h = tid & 1, xrow = (tid >> 1) % NR, bt = tid / (2 * NR);
     const unsigned short* xt = x + (pti_u64)min(xrow, M - 1) * ldx + 8 * bt * 32 + 16 * h;
     auto x_at = [&](int j) { return (const uint4*)(xt + block_of(j) * 32); };   // phase start j
@@ -581,7 +614,6 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
 #pragma unroll
         for (int u = 0; u < PB; ++u) {
             const int j = ph * PB + u;
-            unsigned a[8];
             if (next && u >= 1 && u <= IP) pti_wg_store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
             if (next && u < IP) {
                 xa = __ldg(xn + 32 * BPI * u);
@@ -592,30 +624,14 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
             const int bn = block_of(min(j + DW, nseq - 1));
             wr[u % DW] = pti_ld_stream(qw + 32 * bn);
             sr[u % DW] = __ldg(sw + 8 * bn);
-            pti_cvt4<0, false>(w.x, a[0], a[2], k);
-            pti_cvt4<0, false>(w.y, a[4], a[6], k);
-            pti_cvt4<0, false>(w.z, a[1], a[3], k);
-            pti_cvt4<0, false>(w.w, a[5], a[7], k);
-            float d[ND];
-            const unsigned tile = tiles + u * STAGE;
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-            pti_wg_mma_first<NR>(d, a[0], a[1], a[2], a[3], pti_wg_desc(tile));
-            pti_wg_mma<NR>(d, a[4], a[5], a[6], a[7], pti_wg_desc(tile + 256), 1);
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-            pti_wg_scale<ND>(acc, d, sc);
+            pti_wg_block_first<NR>(acc, w, tiles + u * STAGE, sc, k);
         }
         if (next) {
             if (IP == PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
         if (ph % nph == nph - 1) {   // a slice done: park its partial sums, start the next slice at zero
-            float* pq = part + (ph / nph) * ND * T;
-#pragma unroll
-            for (int i = 0; i < ND; ++i) {
-                pq[i * T + tid] = acc[i];
-                acc[i] = 0.f;
-            }
+            pti_wg_park<ND, T>(part + (ph / nph) * ND * T, acc, tid);
         }
         __syncthreads();
     }
@@ -705,16 +721,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     const int rg = unit * R + warp;
     const PtiCvt k = pti_cvt_masks<0>(0u);
     pti_pdl_wait();
-    auto block_of = [&](int j) {   // sequence j -> the file's block (no division: SPC - 1 compares)
-        int b = sl;
-#pragma unroll
-        for (int z = 1; z < SPC; ++z)
-            if (j >= nblk) {
-                j -= nblk;
-                b += C;
-            }
-        return b + 8 * j;
-    };
+    auto block_of = [&](int j) { return pti_wg_seq_block<SPC>(j, nblk, sl, C); };
     const int h = tid & 1, xrow = (tid >> 1) % NR, bt = tid / (2 * NR);
     const unsigned short* xt = x + (pti_u64)min(xrow, M - 1) * ldx + 8 * bt * 32 + 16 * h;
     auto x_at = [&](int j) { return (const uint4*)(xt + block_of(j) * 32); };   // phase start j
@@ -746,7 +753,6 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws) : "memory");
 #pragma unroll
         for (int u = 0; u < PB; ++u) {
-            unsigned a[8];
             if (next && u >= 1 && u <= IP && bt + BPI * (u - 1) < PB) pti_wg_store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
             if (next && u < IP && bt + BPI * u < PB) {
                 xa = __ldg(xn + 32 * BPI * u);
@@ -759,30 +765,14 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
                              : "r"(wq + (u + 1) * WB) : "memory");
                 asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws + (u + 1) * SB) : "memory");
             }
-            pti_cvt4<0, false>(w.x, a[0], a[2], k);
-            pti_cvt4<0, false>(w.y, a[4], a[6], k);
-            pti_cvt4<0, false>(w.z, a[1], a[3], k);
-            pti_cvt4<0, false>(w.w, a[5], a[7], k);
-            float d[ND];
-            const unsigned tile = tiles + u * STAGE;
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-            pti_wg_mma_first<NR>(d, a[0], a[1], a[2], a[3], pti_wg_desc(tile));
-            pti_wg_mma<NR>(d, a[4], a[5], a[6], a[7], pti_wg_desc(tile + 256), 1);
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-            pti_wg_scale<ND>(acc, d, sc);
+            pti_wg_block_first<NR>(acc, w, tiles + u * STAGE, sc, k);
         }
         if (next) {
             if (IP == PB && bt + BPI * (IP - 1) < PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
         if (SPC > 1 && ph % (nblk / PB) == nblk / PB - 1) {   // a slice done: park its sums, restart at zero
-            float* pq = (float*)(pti_smem + 128 + 3 * PHASE + S * WSTAGE) + (ph / (nblk / PB)) * ND * T;
-#pragma unroll
-            for (int i = 0; i < ND; ++i) {
-                pq[i * T + tid] = acc[i];
-                acc[i] = 0.f;
-            }
+            pti_wg_park<ND, T>((float*)(pti_smem + 128 + 3 * PHASE + S * WSTAGE) + (ph / (nblk / PB)) * ND * T, acc, tid);
         }
         __syncthreads();   // every warp is past stage ph's words and phase ph's tiles
         if (tid == 0 && ph + S < nst) fill(ph + S);

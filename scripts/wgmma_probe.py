@@ -105,15 +105,15 @@ def main() -> None:
     def launch_wg(tag, v, p, x, y):
         m, k = x.shape
         nb = p.q.shape[1]
-        vals = (p.q.data_ptr(), p.s.data_ptr(), x.data_ptr(), y.data_ptr(), m, p.rows, p.cols, nb, x.stride(0), y.stride(0))
-        types = (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 6
-        stream = torch.cuda.current_stream().cuda_stream
         c = parts(v).get("c", 8)
         if "r" in parts(v):   # the ring form reads its own layout (cached a pack)
             key = (id(p), parts(v)["w"], c)
             if key not in ring_packs:
                 ring_packs[key] = (p, ring_layout(p, v))
             p = ring_packs[key][1]
+        vals = (p.q.data_ptr(), p.s.data_ptr(), x.data_ptr(), y.data_ptr(), m, p.rows, p.cols, nb, x.stride(0), y.stride(0))
+        types = (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 6
+        stream = torch.cuda.current_stream().cuda_stream
         launch_kernel(drv, fn[f"{tag}_{v}"], (c * (p.q.shape[0] // (4 * parts(v)["w"])),), (128 * parts(v)["w"],),
                       smem_bytes(v), stream, (vals, types), False, v, cluster=c)
 
