@@ -99,9 +99,15 @@ __device__ __forceinline__ void pti_wg_block(float* acc, const uint4& w, unsigne
 // + tid).  D layout (per warp as mma.sync's C): element i is weight row 16 (warp % 4) + g + 8 ((i >> 1) & 1),
 // activation row 8 (i >> 2) + 2 t + (i & 1).  The first cluster barrier publishes every rank's sums, the
 // second keeps them until the last reader is done.
+template <int TOUT>
+__device__ __forceinline__ void pti_wg_store_elem(void* y, int i, int lane, int rg, int M, int N, int ldy, float v) {
+    const int g = lane >> 2, t = lane & 3;
+    const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
+    if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
+}
 template <int TOUT, int ND, int T, int C>
 __device__ __forceinline__ void pti_wg_cluster_out(unsigned pbase, int sl, int rg, void* y, int M, int N, int ldy) {
-    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, lane = tid & 31;
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 #pragma unroll
     for (int ii = 0; ii < ND / C; ++ii) {
@@ -120,8 +126,7 @@ __device__ __forceinline__ void pti_wg_cluster_out(unsigned pbase, int sl, int r
             }
             v = r == 0 ? pv : __fadd_rn(v, pv);
         }
-        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
-        if (m < M && n < N) pti_store<0, TOUT>(y, (pti_u64)m * ldy + n, v);
+        pti_wg_store_elem<TOUT>(y, i, lane, rg, M, N, ldy, v);
     }
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
@@ -771,8 +776,17 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
             if (IP == PB && bt + BPI * (IP - 1) < PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
-        if (SPC > 1 && ph % (nblk / PB) == nblk / PB - 1) {   // a slice done: park its sums, restart at zero
-            pti_wg_park<ND, T>((float*)(pti_smem + 128 + 3 * PHASE + S * WSTAGE) + (ph / (nblk / PB)) * ND * T, acc, tid);
+        if (SPC > 1 && ph % (nblk / PB) == nblk / PB - 1) {   // a slice done
+            float* pq = (float*)(pti_smem + 128 + 3 * PHASE + S * WSTAGE);
+            if (C == 1) {   // slices in order: v = p0, v += p1, ... (pti_wg_cluster_out's order), each thread its own
+#pragma unroll
+                for (int i = 0; i < ND; ++i) {
+                    pq[i * T + tid] = ph < nblk / PB ? acc[i] : __fadd_rn(pq[i * T + tid], acc[i]);
+                    acc[i] = 0.f;
+                }
+            } else {   // park its sums, restart at zero
+                pti_wg_park<ND, T>(pq + (ph / (nblk / PB)) * ND * T, acc, tid);
+            }
         }
         __syncthreads();   // every warp is past stage ph's words and phase ph's tiles
         if (tid == 0 && ph + S < nst) fill(ph + S);
@@ -781,6 +795,12 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
         float* part = (float*)(pti_smem + 128);
 #pragma unroll
         for (int i = 0; i < ND; ++i) part[i * T + tid] = acc[i];
+    }
+    if (C == 1) {   // one CTA took all 8 slices: its running sums are the outputs
+        const float* pq = (const float*)(pti_smem + 128 + 3 * PHASE + S * WSTAGE);
+#pragma unroll
+        for (int i = 0; i < ND; ++i) pti_wg_store_elem<TOUT>(y, i, lane, rg, M, N, ldy, pq[i * T + tid]);
+        return;
     }
     pti_wg_cluster_out<TOUT, ND, T, C>(abase + (SPC == 1 ? 0 : 3 * PHASE + S * WSTAGE), sl, rg, y, M, N, ldy);
 }
@@ -801,7 +821,14 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4) \
     PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8) \
     PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8)
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1)
 PTI_WG5_ALL(bf16_f32, 0)
 PTI_WG5_ALL(bf16_out, 1)
 

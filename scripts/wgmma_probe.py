@@ -28,7 +28,9 @@ VARIANTS += [f"m{m}_w{w}_b{b}_d{d}_g{g}_f{f}_o{o}" for m, w, b, d, g, f, o in (
 VARIANTS += ["m8_w2_b4_d2_o2_c4", "m8_w1_b4_d2_o2_c4", "m8_w1_b4_d4_o2_c4", "m8_w1_b4_d2_o2_c2", "m8_w1_b4_d4_o2_c2",
              "m8_w1_b2_d2_o1_c1", "m4_w2_b8_d4_o2_c4", "m4_w2_b8_d4_o2_c2"]
 # session 25's ring form: r stages of b blocks' weights and scales, bulk copies
-RING = ["m8_w4_b4_r4_o1_c8", "m8_w4_b4_r3_o1_c8", "m8_w4_b2_r6_o1_c8", "m8_w4_b2_r8_o1_c8", "m8_w2_b2_r6_o2_c8", "m8_w2_b4_r3_o2_c8", "m8_w4_b2_r4_o1_c4", "m4_w4_b4_r4_o1_c8", "m4_w4_b2_r8_o1_c8", "m4_w2_b4_r4_o2_c8"]
+RING = ["m8_w4_b4_r4_o1_c8", "m8_w4_b4_r3_o1_c8", "m8_w4_b2_r6_o1_c8", "m8_w4_b2_r8_o1_c8", "m8_w2_b2_r6_o2_c8", "m8_w2_b4_r3_o2_c8", "m8_w4_b2_r4_o1_c4", "m4_w4_b4_r4_o1_c8", "m4_w4_b2_r8_o1_c8", "m4_w2_b4_r4_o2_c8",
+        "m8_w4_b2_r4_o1_c1", "m8_w4_b4_r3_o1_c1", "m8_w2_b2_r6_o2_c1", "m8_w1_b2_r3_o4_c1", "m4_w4_b4_r4_o1_c1", "m4_w2_b4_r4_o2_c1",
+        "m4_w1_b2_r4_o4_c1"]
 VARIANTS += RING
 
 
@@ -49,7 +51,9 @@ def smem_bytes(v: str) -> int:
     part = (nr // 2) * 128 * p["w"] * 4
     if "r" in p:   # the ring form: barriers, 3 phases of tiles, r stages of b blocks (weights, scales), sums
         rings = 3 * p["b"] * nr * 64 + p["r"] * p["b"] * 4 * p["w"] * 544
-        return 128 + (max(rings, part) if p["c"] == 8 else rings + (8 // p["c"]) * part)
+        if p["c"] == 8:
+            return 128 + max(rings, part)
+        return 128 + rings + (1 if p["c"] == 1 else 8 // p["c"]) * part   # c1: one running sum
     if "c" in p:   # the long form: 3 phases of b blocks' tiles, then the 8 / c slices' partial sums
         return 3 * p["b"] * nr * 64 + (8 // p["c"]) * (nr // 2) * 128 * p["w"] * 4
     if "b" in p:   # the lean form: 3 phases of b blocks' tiles; the partial sums reuse them
