@@ -9,9 +9,11 @@ for arg in "$@"; do
   IFS=: read -r v n k m <<< "$arg"
   echo "== $v ${n}x$k M=$m" | tee -a "$OUT/ncu_wgmma.txt"
   timeout 150 "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
-      --section LaunchStats --section SchedulerStats -k regex:pti_wg_bf16_out --launch-skip 1 --launch-count 1 \
+      --section LaunchStats --section SchedulerStats --section InstructionStats \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum" -k regex:pti_wg_bf16_out --launch-skip 1 --launch-count 1 \
       python3 scripts/wgmma_probe.py --launch "$v" "$n" "$k" "$m" > /tmp/ncu_one.txt 2>&1 || tail -5 /tmp/ncu_one.txt
   cat /tmp/ncu_one.txt >> "$OUT/ncu_wgmma.txt"
   grep -E "^ +(Duration|DRAM Throughput|Achieved Occupancy|Registers Per Thread|Issued Warp Per Scheduler|Eligible Warps Per Scheduler|Active Warps Per Scheduler|Warp Cycles Per Issued Instruction|Dynamic Shared Memory Per Block) " /tmp/ncu_one.txt
-  grep -E "Stall|stall" /tmp/ncu_one.txt | head -6
+  grep -E "inst_executed.sum|Executed Instructions  " /tmp/ncu_one.txt
+  grep -E "issue_stalled" /tmp/ncu_one.txt | awk '$NF + 0 >= 0.1 {print $NF, $1}' | sort -g -r | head -8
 done

@@ -828,7 +828,10 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1) \
     PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1) \
     PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1)
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1)
 PTI_WG5_ALL(bf16_f32, 0)
 PTI_WG5_ALL(bf16_out, 1)
 

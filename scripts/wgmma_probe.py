@@ -30,7 +30,7 @@ VARIANTS += ["m8_w2_b4_d2_o2_c4", "m8_w1_b4_d2_o2_c4", "m8_w1_b4_d4_o2_c4", "m8_
 # session 25's ring form: r stages of b blocks' weights and scales, bulk copies
 RING = ["m8_w4_b4_r4_o1_c8", "m8_w4_b4_r3_o1_c8", "m8_w4_b2_r6_o1_c8", "m8_w4_b2_r8_o1_c8", "m8_w2_b2_r6_o2_c8", "m8_w2_b4_r3_o2_c8", "m8_w4_b2_r4_o1_c4", "m4_w4_b4_r4_o1_c8", "m4_w4_b2_r8_o1_c8", "m4_w2_b4_r4_o2_c8",
         "m8_w4_b2_r4_o1_c1", "m8_w4_b4_r3_o1_c1", "m8_w2_b2_r6_o2_c1", "m8_w1_b2_r3_o4_c1", "m4_w4_b4_r4_o1_c1", "m4_w2_b4_r4_o2_c1",
-        "m4_w1_b2_r4_o4_c1"]
+        "m4_w1_b2_r4_o4_c1", "m8_w2_b2_r4_o2_c1", "m4_w2_b2_r8_o2_c1", "m4_w2_b2_r4_o3_c1"]
 VARIANTS += RING
 
 
@@ -161,7 +161,10 @@ def main() -> None:
     # 2. time: policy against the probe's variants, bf16 outputs as the bench
     denom = read_bandwidth(be)["denominator"]
     print(f"\nread bandwidth {denom / 1e9:.0f} GB/s; us per call (% of it), t / t(policy, M = 1)")
-    for n, k in ((28672, 4096), (4096, 14336), (6144, 4096), (4096, 4096)):
+    shapes = ((28672, 4096), (4096, 14336), (6144, 4096), (4096, 4096))
+    if "--shapes" in sys.argv:   # a comma-separated subset, NxK
+        shapes = [tuple(map(int, a.split("x"))) for a in sys.argv[sys.argv.index("--shapes") + 1].split(",")]
+    for n, k in shapes:
         one = random_packs(be, n, k, 1)[0]
         copies = max(2, -(-WORKING_SET // one.nbytes))
         packs = [one] + random_packs(be, n, k, copies - 1)
