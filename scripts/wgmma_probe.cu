@@ -396,7 +396,7 @@ __device__ __forceinline__ void pti_wg_store_half(unsigned at, const uint4& a, c
 // One block of sessions 23-25's forms: as pti_wg_block, with the A fragments in the order the first wgmma
 // (which overwrites D: no zeroing) takes them.
 template <int NR>
-__device__ __forceinline__ void pti_wg_block_first(float* acc, const uint4& w, unsigned tile, unsigned sc,
+__device__ __forceinline__ void pti_wg_block_first(float* acc, const uint4& w, unsigned long long desc, unsigned sc,
                                                    const PtiCvt& k) {
     unsigned a[8];
     pti_cvt4<0, false>(w.x, a[0], a[2], k);
@@ -405,8 +405,8 @@ __device__ __forceinline__ void pti_wg_block_first(float* acc, const uint4& w, u
     pti_cvt4<0, false>(w.w, a[5], a[7], k);
     float d[NR / 2];
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    pti_wg_mma_first<NR>(d, a[0], a[1], a[2], a[3], pti_wg_desc(tile));
-    pti_wg_mma<NR>(d, a[4], a[5], a[6], a[7], pti_wg_desc(tile + 256), 1);
+    pti_wg_mma_first<NR>(d, a[0], a[1], a[2], a[3], desc);
+    pti_wg_mma<NR>(d, a[4], a[5], a[6], a[7], desc + (256 >> 4), 1);   // the tile's second k16 (no carry: < 256 KB)
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     pti_wg_scale<NR / 2>(acc, d, sc);
@@ -629,7 +629,7 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
             const int bn = block_of(min(j + DW, nseq - 1));
             wr[u % DW] = pti_ld_stream(qw + 32 * bn);
             sr[u % DW] = __ldg(sw + 8 * bn);
-            pti_wg_block_first<NR>(acc, w, tiles + u * STAGE, sc, k);
+            pti_wg_block_first<NR>(acc, w, pti_wg_desc(tiles + u * STAGE), sc, k);
         }
         if (next) {
             if (IP == PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
@@ -710,8 +710,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     const int nblk = nb / 8, nseq = SPC * nblk, nst = nseq / PB;
     const char* qc = (const char*)q + (pti_u64)blockIdx.x * nseq * WB;   // this CTA's blocks
     const char* scs = (const char*)s + (pti_u64)blockIdx.x * nseq * SB;
-    auto fill = [&](int i) {   // stage i into its slot (thread 0)
-        const int st = i % S;
+    auto fill = [&](int i, int st) {   // stage i into slot st = i % S (thread 0)
         pti_wg_bar_expect(full + 8 * st, WSTAGE);
         pti_wg_bulk(wbase + st * WSTAGE, qc + (pti_u64)i * PB * WB, PB * WB, full + 8 * st);
         pti_wg_bulk(wbase + st * WSTAGE + PB * WB, scs + (pti_u64)i * PB * SB, PB * SB, full + 8 * st);
@@ -719,7 +718,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     if (tid == 0) {
         for (int i = 0; i < S; ++i) pti_wg_bar_init(full + 8 * i, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int i = 0; i < min(S, nst); ++i) fill(i);   // the weights need not wait for the previous kernel
+        for (int i = 0; i < min(S, nst); ++i) fill(i, i);   // the weights need not wait for the previous kernel
     }
     __syncthreads();
     pti_pdl_trigger();
@@ -743,17 +742,24 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     float acc[ND];
 #pragma unroll
     for (int i = 0; i < ND; ++i) acc[i] = 0.f;
+    // The loop's indices advance by adds and compares (ph % S, ph % 3, the slice, the next phase's file
+    // block): divisions and pti_wg_seq_block's compares were a third of its instructions (SASS, session 25).
+    const int nphs = nblk / PB;                             // phases a slice
+    const unsigned long long desc0 = pti_wg_desc(abase);    // tile descriptors by offsets from it
+    int st = 0, t3 = 0, left = nphs, slice = 0;             // ph % S, ph % 3, phases left in the slice, ph / nphs
+    unsigned parity = 0;                                    // (ph / S) & 1
+    int nxb = block_of(min(PB, nseq - 1));                  // the file block that starts phase ph + 1
     for (int ph = 0; ph < nst; ++ph) {
-        const int st = ph % S;
-        const unsigned tiles = abase + (ph % 3) * PHASE;
+        const unsigned tiles = (unsigned)t3 * PHASE;        // from abase
+        const int t3n = t3 == 2 ? 0 : t3 + 1;
         const bool next = ph + 1 < nst;
-        const uint4* xn = x_at(min(ph + 1, nst - 1) * PB);
-        const unsigned xsn = xs + ((ph + 1) % 3) * PHASE;
+        const uint4* xn = (const uint4*)(xt + nxb * 32);
+        const unsigned xsn = xs + t3n * PHASE;
         const unsigned wq = wbase + st * WSTAGE + warp * 512 + lane * 16;
         const unsigned ws = wbase + st * WSTAGE + PB * WB + warp * 32 + (lane >> 2) * 4;
         uint4 xa, xb, wn;
         unsigned sn;
-        pti_wg_bar_wait(full + 8 * st, (ph / S) & 1);
+        pti_wg_bar_wait(full + 8 * st, parity);
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(wn.x), "=r"(wn.y), "=r"(wn.z), "=r"(wn.w) : "r"(wq) : "memory");
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws) : "memory");
 #pragma unroll
@@ -770,26 +776,35 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
                              : "r"(wq + (u + 1) * WB) : "memory");
                 asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws + (u + 1) * SB) : "memory");
             }
-            pti_wg_block_first<NR>(acc, w, tiles + u * STAGE, sc, k);
+            pti_wg_block_first<NR>(acc, w, desc0 + ((tiles + u * STAGE) >> 4), sc, k);
         }
         if (next) {
             if (IP == PB && bt + BPI * (IP - 1) < PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
-        if (SPC > 1 && ph % (nblk / PB) == nblk / PB - 1) {   // a slice done
+        if (SPC > 1 && --left == 0) {   // a slice done
+            left = nphs;
             float* pq = (float*)(pti_smem + 128 + 3 * PHASE + S * WSTAGE);
             if (C == 1) {   // slices in order: v = p0, v += p1, ... (pti_wg_cluster_out's order), each thread its own
 #pragma unroll
                 for (int i = 0; i < ND; ++i) {
-                    pq[i * T + tid] = ph < nblk / PB ? acc[i] : __fadd_rn(pq[i * T + tid], acc[i]);
+                    pq[i * T + tid] = slice == 0 ? acc[i] : __fadd_rn(pq[i * T + tid], acc[i]);
                     acc[i] = 0.f;
                 }
             } else {   // park its sums, restart at zero
-                pti_wg_park<ND, T>(pq + (ph / (nblk / PB)) * ND * T, acc, tid);
+                pti_wg_park<ND, T>(pq + slice * ND * T, acc, tid);
             }
+            ++slice;
         }
         __syncthreads();   // every warp is past stage ph's words and phase ph's tiles
-        if (tid == 0 && ph + S < nst) fill(ph + S);
+        if (tid == 0 && ph + S < nst) fill(ph + S, st);
+        t3 = t3n;
+        if (++st == S) {
+            st = 0;
+            parity ^= 1u;
+        }
+        nxb += 8 * PB;   // the next block of the slice, or the next slice's first (r + 8 nblk -> r + C)
+        if (nxb >= 8 * nblk) nxb -= 8 * nblk - C;
     }
     if (SPC == 1) {   // every consumer's wgmmas and every copy are done: the sums reuse the rings
         float* part = (float*)(pti_smem + 128);
