@@ -6,7 +6,9 @@ streaming weight load), by opcode.  Fewer instructions per block helped at 16 ro
 session 8), little at one row (session 10, item 1: not bound by each warp's issue there).
 nvdisasm: on PATH, or NVDISASM=path (e.g. from the nvidia-cuda-nvdisasm wheel; not a project
 dependency).
-    python3 scripts/sass_mix.py [--tree DIR] [--dump] KERNEL [KERNEL ...]
+    python3 scripts/sass_mix.py [--tree DIR] [--probe] [--dump] KERNEL [KERNEL ...]
+--probe: the kernels of scripts/wgmma_probe.cu (sm_90a) instead; their main loop is the shortest loop
+holding a warpgroup MMA (HGMMA), with the instructions that run once a slice included.
     e.g. python3 scripts/sass_mix.py pti_mm_bf16_out_t1_r1_m1_u4 pti_mm_bf16_out_t1_r1_m2_u1_p1"""
 
 import argparse
@@ -49,7 +51,7 @@ def main_loop(ins: list, lab: dict) -> list:
         start = lab.get(target[-1]) if target else None
         if start is not None and start < addr:
             body = [x for x in ins if start <= x[0] <= addr]
-            if any("HMMA" in t for _, t in body) and any(".NA." in t for _, t in body):
+            if any("HGMMA" in t for _, t in body) or (any("HMMA" in t for _, t in body) and any(".NA." in t for _, t in body)):
                 loops.append(body)
     return min(loops, key=len) if loops else []
 
@@ -58,6 +60,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]))
     ap.add_argument("--dump", action="store_true", help="print the loop's instructions too")
+    ap.add_argument("--probe", action="store_true", help="the wgmma probe's kernels (scripts/wgmma_probe.cu)")
     ap.add_argument("kernels", nargs="+")
     args = ap.parse_args()
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
@@ -66,7 +69,12 @@ def main() -> int:
         return 2
     sys.path.insert(0, args.tree)
     from pti_cli.backends.compile import compile_nvrtc
-    out = compile_nvrtc((Path(args.tree) / "kernels" / "pti_kernel.hip").read_text(), "sm_90")
+    if args.probe:
+        sys.path.insert(0, str(Path(args.tree) / "scripts"))
+        from wgmma_probe import probe_source
+        out = compile_nvrtc(probe_source(), "sm_90a", options=("-std=c++17", "--ptxas-options=-v"))
+    else:
+        out = compile_nvrtc((Path(args.tree) / "kernels" / "pti_kernel.hip").read_text(), "sm_90")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(out.binary)
         f.flush()
@@ -85,7 +93,7 @@ def main() -> int:
             print("\n".join(t for _, t in body))
         r = out.resources[name]
         print(f"{name}: {r['registers']} registers, {r['spill_stores']} bytes spilled; main loop "
-              f"{len(body)} instructions, {mix['HMMA']} MMAs: " + " ".join(f"{k}:{v}" for k, v in mix.most_common()))
+              f"{len(body)} instructions, {mix['HMMA'] + mix['HGMMA']} MMAs: " + " ".join(f"{k}:{v}" for k, v in mix.most_common()))
     return 0
 
 
