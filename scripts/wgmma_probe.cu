@@ -302,12 +302,15 @@ __device__ __forceinline__ void pti_wg2_mm(const uint4* __restrict__ q, const un
     pti_wg_cluster_out<TOUT, ND, T, 8>((unsigned)__cvta_generic_to_shared(part), sl, rg, y, M, N, ldy);
 }
 
-#define PTI_WG2(NAME, TOUT, MT, U, WG, S)                                                            \
-    extern "C" __global__ void __launch_bounds__(128 * WG) NAME(                                    \
+// A probe kernel: BOUNDS the parenthesized launch bounds, its body one of the forms' functions (the variadic
+// argument, template arguments and all).
+#define PTI_WG_KERNEL(NAME, BOUNDS, ...)                                                           \
+    extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
         const uint4* q, const unsigned* s, const unsigned short* x, void* y, int M, int N, int K,  \
         int nb, int ldx, int ldy) {                                                                \
-        pti_wg2_mm<TOUT, MT, U, WG, S>(q, s, x, y, M, N, K, nb, ldx, ldy);                         \
+        __VA_ARGS__(q, s, x, y, M, N, K, nb, ldx, ldy);                                            \
     }
+#define PTI_WG2(NAME, TOUT, MT, U, WG, S) PTI_WG_KERNEL(NAME, (128 * WG), pti_wg2_mm<TOUT, MT, U, WG, S>)
 #define PTI_WG2_ALL(TAG, TOUT)                              \
     PTI_WG2(pti_wg_##TAG##_m2_u2_w1_s4, TOUT, 2, 2, 1, 4)   \
     PTI_WG2(pti_wg_##TAG##_m2_u4_w1_s4, TOUT, 2, 4, 1, 4)   \
@@ -322,12 +325,7 @@ __device__ __forceinline__ void pti_wg2_mm(const uint4* __restrict__ q, const un
 PTI_WG2_ALL(bf16_f32, 0)
 PTI_WG2_ALL(bf16_out, 1)
 
-#define PTI_WG(NAME, TOUT, MT, U, WG)                                                                \
-    extern "C" __global__ void __launch_bounds__(128 * WG) NAME(                                    \
-        const uint4* q, const unsigned* s, const unsigned short* x, void* y, int M, int N, int K,  \
-        int nb, int ldx, int ldy) {                                                                \
-        pti_wg_mm<TOUT, MT, U, WG>(q, s, x, y, M, N, K, nb, ldx, ldy);                             \
-    }
+#define PTI_WG(NAME, TOUT, MT, U, WG) PTI_WG_KERNEL(NAME, (128 * WG), pti_wg_mm<TOUT, MT, U, WG>)
 #define PTI_WG_ALL(TAG, TOUT)                            \
     PTI_WG(pti_wg_##TAG##_m2_u4_w1, TOUT, 2, 4, 1)       \
     PTI_WG(pti_wg_##TAG##_m2_u2_w1, TOUT, 2, 2, 1)       \
@@ -530,12 +528,7 @@ __device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const un
     pti_wg_cluster_out<TOUT, ND, T, 8>(sbase, sl, rg, y, M, N, ldy);
 }
 
-#define PTI_WG3(NAME, TOUT, MT, WG, PB, DW, G, PF, OCC)                                                \
-    extern "C" __global__ void __launch_bounds__(128 * WG, OCC) NAME(                               \
-        const uint4* q, const unsigned* s, const unsigned short* x, void* y, int M, int N, int K,  \
-        int nb, int ldx, int ldy) {                                                                \
-        pti_wg3_mm<TOUT, MT, WG, PB, DW, G, PF>(q, s, x, y, M, N, K, nb, ldx, ldy);                 \
-    }
+#define PTI_WG3(NAME, TOUT, MT, WG, PB, DW, G, PF, OCC) PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg3_mm<TOUT, MT, WG, PB, DW, G, PF>)
 #define PTI_WG3_ALL(TAG, TOUT) \
     PTI_WG3(pti_wg_##TAG##_m2_w2_b8_d4_g1_f0_o2, TOUT, 2, 2, 8, 4, 1, 0, 2) \
     PTI_WG3(pti_wg_##TAG##_m2_w2_b8_d8_g2_f0_o1, TOUT, 2, 2, 8, 8, 2, 0, 1) \
@@ -643,12 +636,7 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
     pti_wg_cluster_out<TOUT, ND, T, C>(sbase + 3 * PHASE, sl, rg, y, M, N, ldy);
 }
 
-#define PTI_WG4(NAME, TOUT, MT, WG, PB, DW, OCC, C)                                                   \
-    extern "C" __global__ void __launch_bounds__(128 * WG, OCC) NAME(                               \
-        const uint4* q, const unsigned* s, const unsigned short* x, void* y, int M, int N, int K,  \
-        int nb, int ldx, int ldy) {                                                                \
-        pti_wg4_mm<TOUT, MT, WG, PB, DW, 8 / C>(q, s, x, y, M, N, K, nb, ldx, ldy);                 \
-    }
+#define PTI_WG4(NAME, TOUT, MT, WG, PB, DW, OCC, C) PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg4_mm<TOUT, MT, WG, PB, DW, 8 / C>)
 #define PTI_WG4_ALL(TAG, TOUT) \
     PTI_WG4(pti_wg_##TAG##_m8_w2_b4_d2_o2_c4, TOUT, 8, 2, 4, 2, 2, 4) \
     PTI_WG4(pti_wg_##TAG##_m8_w1_b4_d2_o2_c4, TOUT, 8, 1, 4, 2, 2, 4) \
@@ -820,12 +808,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     pti_wg_cluster_out<TOUT, ND, T, C>(abase + (SPC == 1 ? 0 : 3 * PHASE + S * WSTAGE), sl, rg, y, M, N, ldy);
 }
 
-#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C)                                                    \
-    extern "C" __global__ void __launch_bounds__(128 * WG, OCC) NAME(                             \
-        const uint4* q, const unsigned* s, const unsigned short* x, void* y, int M, int N, int K,  \
-        int nb, int ldx, int ldy) {                                                                \
-        pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C>(q, s, x, y, M, N, K, nb, ldx, ldy);                  \
-    }
+#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C) PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C>)
 #define PTI_WG5_ALL(TAG, TOUT) \
     PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8) \
     PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8) \
