@@ -394,8 +394,8 @@ __device__ __forceinline__ void pti_wg_store_half(unsigned at, const uint4& a, c
 // One block of sessions 23-25's forms: as pti_wg_block, with the A fragments in the order the first wgmma
 // (which overwrites D: no zeroing) takes them.
 template <int NR>
-__device__ __forceinline__ void pti_wg_block_first(float* acc, const uint4& w, unsigned long long desc, unsigned sc,
-                                                   const PtiCvt& k) {
+__device__ __forceinline__ void pti_wg_block_first(float* acc, const uint4& w, unsigned long long desc0,
+                                                   unsigned long long desc1, unsigned sc, const PtiCvt& k) {
     unsigned a[8];
     pti_cvt4<0, false>(w.x, a[0], a[2], k);
     pti_cvt4<0, false>(w.y, a[4], a[6], k);
@@ -403,8 +403,8 @@ __device__ __forceinline__ void pti_wg_block_first(float* acc, const uint4& w, u
     pti_cvt4<0, false>(w.w, a[5], a[7], k);
     float d[NR / 2];
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    pti_wg_mma_first<NR>(d, a[0], a[1], a[2], a[3], desc);
-    pti_wg_mma<NR>(d, a[4], a[5], a[6], a[7], desc + (256 >> 4), 1);   // the tile's second k16 (no carry: < 256 KB)
+    pti_wg_mma_first<NR>(d, a[0], a[1], a[2], a[3], desc0);
+    pti_wg_mma<NR>(d, a[4], a[5], a[6], a[7], desc1, 1);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     pti_wg_scale<NR / 2>(acc, d, sc);
@@ -622,7 +622,8 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
             const int bn = block_of(min(j + DW, nseq - 1));
             wr[u % DW] = pti_ld_stream(qw + 32 * bn);
             sr[u % DW] = __ldg(sw + 8 * bn);
-            pti_wg_block_first<NR>(acc, w, pti_wg_desc(tiles + u * STAGE), sc, k);
+            const unsigned tile = tiles + u * STAGE;
+            pti_wg_block_first<NR>(acc, w, pti_wg_desc(tile), pti_wg_desc(tile + 256), sc, k);
         }
         if (next) {
             if (IP == PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
@@ -764,7 +765,8 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
                              : "r"(wq + (u + 1) * WB) : "memory");
                 asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws + (u + 1) * SB) : "memory");
             }
-            pti_wg_block_first<NR>(acc, w, desc0 + ((tiles + u * STAGE) >> 4), sc, k);
+            const unsigned long long desc = desc0 + ((tiles + u * STAGE) >> 4);   // no carry: < 256 KB
+            pti_wg_block_first<NR>(acc, w, desc, desc + (256 >> 4), sc, k);
         }
         if (next) {
             if (IP == PB && bt + BPI * (IP - 1) < PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
