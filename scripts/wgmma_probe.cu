@@ -680,7 +680,7 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-template <int TOUT, int MT, int WG, int PB, int S, int SPC>
+template <int TOUT, int MT, int WG, int PB, int S, int SPC, int LATE>
 __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
                                            const unsigned short* __restrict__ x, void* y, int M, int N, int K,
                                            int nb, int ldx, int ldy) {
@@ -689,7 +689,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     constexpr int WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB);   // a block's weights, scales; a stage
     constexpr int BPI = T / (2 * NR);                    // blocks one round of half rows covers
     constexpr int IP = (PB + BPI - 1) / BPI;             // half rows a thread moves, a phase
-    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB, "probe shape");
+    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB && (!LATE || IP == 1), "probe shape");
     extern __shared__ __align__(128) unsigned char pti_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int sl = blockIdx.x % C, unit = blockIdx.x / C;
@@ -753,7 +753,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws) : "memory");
 #pragma unroll
         for (int u = 0; u < PB; ++u) {
-            if (next && u >= 1 && u <= IP && bt + BPI * (u - 1) < PB) pti_wg_store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
+            if (next && !LATE && u >= 1 && u <= IP && bt + BPI * (u - 1) < PB) pti_wg_store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
             if (next && u < IP && bt + BPI * u < PB) {
                 xa = __ldg(xn + 32 * BPI * u);
                 xb = __ldg(xn + 32 * BPI * u + 1);
@@ -769,7 +769,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
             pti_wg_block_first<NR>(acc, w, desc, desc + (256 >> 4), sc, k);
         }
         if (next) {
-            if (IP == PB && bt + BPI * (IP - 1) < PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
+            if ((LATE || IP == PB) && bt + BPI * (IP - 1) < PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
         if (SPC > 1 && --left == 0) {   // a slice done
@@ -810,28 +810,33 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     pti_wg_cluster_out<TOUT, ND, T, C>(abase + (SPC == 1 ? 0 : 3 * PHASE + S * WSTAGE), sl, rg, y, M, N, ldy);
 }
 
-#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C) PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C>)
+#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C, L) PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C, L>)
 #define PTI_WG5_ALL(TAG, TOUT) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1)
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1_l1, TOUT, 4, 2, 4, 4, 2, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_l1, TOUT, 8, 2, 2, 4, 2, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1_l1, TOUT, 8, 2, 2, 6, 2, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_l1, TOUT, 4, 2, 4, 4, 2, 8, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4_l1, TOUT, 8, 4, 2, 4, 1, 4, 1)
 PTI_WG5_ALL(bf16_f32, 0)
 PTI_WG5_ALL(bf16_out, 1)
 
