@@ -660,7 +660,8 @@ PTI_WG4_ALL(bf16_out, 1)
 // blocks, each block [R row groups][512 bytes], and the scales the same way ([R][8 words] a block); a stage
 // is PB blocks (PB x R x 512 bytes of weights, then PB x R x 32 of scales).  Shared memory: S mbarriers
 // (128 bytes), the activation ring (3 phases), the weight ring; the partial sums reuse the rings (SPC = 1)
-// or follow them.
+// or follow them.  C = 1 (one CTA takes a unit's 8 slices in slice order) keeps one running sum instead and
+// needs no cluster; LATE stores the next phase's activation pieces at the phase's end (IP = 1 only).
 __device__ __forceinline__ void pti_wg_bar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
