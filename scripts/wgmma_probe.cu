@@ -681,53 +681,63 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-template <int TOUT, int MT, int WG, int PB, int S, int SPC, int LATE>
+template <int TOUT, int MT, int WG, int PB, int S, int SPC, int LATE, int XB>
 __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
                                            const unsigned short* __restrict__ x, void* y, int M, int N, int K,
                                            int nb, int ldx, int ldy) {
     constexpr int NR = 8 * MT, ND = NR / 2, T = 128 * WG, C = 8 / SPC, R = 4 * WG;
     constexpr int STAGE = NR * 64, PHASE = PB * STAGE;
     constexpr int WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB);   // a block's weights, scales; a stage
+    constexpr int RSTAGE = WSTAGE + (XB ? PHASE : 0);    // a ring slot: XB adds the phase's activation tiles
+    constexpr int RINGS = XB ? S * RSTAGE : 3 * PHASE + S * WSTAGE;   // the partial sums' place, past 128 B
     constexpr int BPI = T / (2 * NR);                    // blocks one round of half rows covers
     constexpr int IP = (PB + BPI - 1) / BPI;             // half rows a thread moves, a phase
-    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB && (!LATE || IP == 1), "probe shape");
+    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB && (!LATE || IP == 1) && !(XB && LATE),
+                  "probe shape");
     extern __shared__ __align__(128) unsigned char pti_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int sl = blockIdx.x % C, unit = blockIdx.x / C;
     const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem);
     const unsigned full = sbase;                          // stage slot i's barrier at + 8 i
-    const unsigned abase = sbase + 128, wbase = abase + 3 * PHASE;
+    const unsigned abase = sbase + 128, wbase = abase + (XB ? 0 : 3 * PHASE);
     const int nblk = nb / 8, nseq = SPC * nblk, nst = nseq / PB;
     const char* qc = (const char*)q + (pti_u64)blockIdx.x * nseq * WB;   // this CTA's blocks
     const char* scs = (const char*)s + (pti_u64)blockIdx.x * nseq * SB;
+    // XB: x is the activation tiles already in the tile layout, [C ranks][nst phases][PHASE bytes] (wgmma_probe.py:
+    // x_tiles), as the kernel producing the activations would write them.
+    const char* xc = (const char*)x + (pti_u64)sl * nst * PHASE;
     auto fill = [&](int i, int st) {   // stage i into slot st = i % S (thread 0)
-        pti_wg_bar_expect(full + 8 * st, WSTAGE);
-        pti_wg_bulk(wbase + st * WSTAGE, qc + (pti_u64)i * PB * WB, PB * WB, full + 8 * st);
-        pti_wg_bulk(wbase + st * WSTAGE + PB * WB, scs + (pti_u64)i * PB * SB, PB * SB, full + 8 * st);
+        pti_wg_bar_expect(full + 8 * st, RSTAGE);
+        pti_wg_bulk(wbase + st * RSTAGE, qc + (pti_u64)i * PB * WB, PB * WB, full + 8 * st);
+        pti_wg_bulk(wbase + st * RSTAGE + PB * WB, scs + (pti_u64)i * PB * SB, PB * SB, full + 8 * st);
+        if (XB) pti_wg_bulk(wbase + st * RSTAGE + WSTAGE, xc + (pti_u64)i * PHASE, PHASE, full + 8 * st);
     };
     if (tid == 0) {
         for (int i = 0; i < S; ++i) pti_wg_bar_init(full + 8 * i, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int i = 0; i < min(S, nst); ++i) fill(i, i);   // the weights need not wait for the previous kernel
+        if (!XB)
+            for (int i = 0; i < min(S, nst); ++i) fill(i, i);   // the weights need not wait for the previous kernel
     }
     __syncthreads();
     pti_pdl_trigger();
     const int rg = unit * R + warp;
     const PtiCvt k = pti_cvt_masks<0>(0u);
     pti_pdl_wait();
+    if (XB && tid == 0)   // the activations must (one arrive with both byte counts: simplest, and a probe)
+        for (int i = 0; i < min(S, nst); ++i) fill(i, i);
     auto block_of = [&](int j) { return pti_wg_seq_block<SPC>(j, nblk, sl, C); };
     const int h = tid & 1, xrow = (tid >> 1) % NR, bt = tid / (2 * NR);
     const unsigned short* xt = x + (pti_u64)min(xrow, M - 1) * ldx + 8 * bt * 32 + 16 * h;
     auto x_at = [&](int j) { return (const uint4*)(xt + block_of(j) * 32); };   // phase start j
     const unsigned xs = abase + bt * STAGE + (xrow >> 3) * 512 + (xrow & 7) * 16 + 8 * h;
-    {
+    if (!XB) {
         const uint4* x0 = x_at(0);
 #pragma unroll
         for (int i = 0; i < IP; ++i)
             if (bt + BPI * i < PB) pti_wg_store_half(xs + i * BPI * STAGE, __ldg(x0 + 32 * BPI * i), __ldg(x0 + 32 * BPI * i + 1));
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncthreads();
     }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();
 
     float acc[ND];
 #pragma unroll
@@ -740,13 +750,13 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     unsigned parity = 0;                                    // (ph / S) & 1
     int nxb = block_of(min(PB, nseq - 1));                  // the file block that starts phase ph + 1
     for (int ph = 0; ph < nst; ++ph) {
-        const unsigned tiles = (unsigned)t3 * PHASE;        // from abase
+        const unsigned tiles = XB ? st * RSTAGE + WSTAGE : (unsigned)t3 * PHASE;   // from abase
         const int t3n = t3 == 2 ? 0 : t3 + 1;
         const bool next = ph + 1 < nst;
         const uint4* xn = (const uint4*)(xt + nxb * 32);
         const unsigned xsn = xs + t3n * PHASE;
-        const unsigned wq = wbase + st * WSTAGE + warp * 512 + lane * 16;
-        const unsigned ws = wbase + st * WSTAGE + PB * WB + warp * 32 + (lane >> 2) * 4;
+        const unsigned wq = wbase + st * RSTAGE + warp * 512 + lane * 16;
+        const unsigned ws = wbase + st * RSTAGE + PB * WB + warp * 32 + (lane >> 2) * 4;
         uint4 xa, xb, wn;
         unsigned sn;
         pti_wg_bar_wait(full + 8 * st, parity);
@@ -754,8 +764,8 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws) : "memory");
 #pragma unroll
         for (int u = 0; u < PB; ++u) {
-            if (next && !LATE && u >= 1 && u <= IP && bt + BPI * (u - 1) < PB) pti_wg_store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
-            if (next && u < IP && bt + BPI * u < PB) {
+            if (!XB && next && !LATE && u >= 1 && u <= IP && bt + BPI * (u - 1) < PB) pti_wg_store_half(xsn + (u - 1) * BPI * STAGE, xa, xb);
+            if (!XB && next && u < IP && bt + BPI * u < PB) {
                 xa = __ldg(xn + 32 * BPI * u);
                 xb = __ldg(xn + 32 * BPI * u + 1);
             }
@@ -769,13 +779,13 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
             const unsigned long long desc = desc0 + ((tiles + u * STAGE) >> 4);   // no carry: < 256 KB
             pti_wg_block_first<NR>(acc, w, desc, desc + (256 >> 4), sc, k);
         }
-        if (next) {
+        if (!XB && next) {
             if ((LATE || IP == PB) && bt + BPI * (IP - 1) < PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
         if (SPC > 1 && --left == 0) {   // a slice done
             left = nphs;
-            float* pq = (float*)(pti_smem + 128 + 3 * PHASE + S * WSTAGE);
+            float* pq = (float*)(pti_smem + 128 + RINGS);
             if (C == 1) {   // slices in order: v = p0, v += p1, ... (pti_wg_cluster_out's order), each thread its own
 #pragma unroll
                 for (int i = 0; i < ND; ++i) {
@@ -803,41 +813,47 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
         for (int i = 0; i < ND; ++i) part[i * T + tid] = acc[i];
     }
     if (C == 1) {   // one CTA took all 8 slices: its running sums are the outputs
-        const float* pq = (const float*)(pti_smem + 128 + 3 * PHASE + S * WSTAGE);
+        const float* pq = (const float*)(pti_smem + 128 + RINGS);
 #pragma unroll
         for (int i = 0; i < ND; ++i) pti_wg_store_elem<TOUT>(y, i, lane, rg, M, N, ldy, pq[i * T + tid]);
         return;
     }
-    pti_wg_cluster_out<TOUT, ND, T, C>(abase + (SPC == 1 ? 0 : 3 * PHASE + S * WSTAGE), sl, rg, y, M, N, ldy);
+    pti_wg_cluster_out<TOUT, ND, T, C>(abase + (SPC == 1 ? 0 : RINGS), sl, rg, y, M, N, ldy);
 }
 
-#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C, L) PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C, L>)
+#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C, L, X) \
+    PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C, L, X>)
 #define PTI_WG5_ALL(TAG, TOUT) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1_l1, TOUT, 4, 2, 4, 4, 2, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_l1, TOUT, 8, 2, 2, 4, 2, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1_l1, TOUT, 8, 2, 2, 6, 2, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_l1, TOUT, 4, 2, 4, 4, 2, 8, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4_l1, TOUT, 8, 4, 2, 4, 1, 4, 1)
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1_l1, TOUT, 4, 2, 4, 4, 2, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_l1, TOUT, 8, 2, 2, 4, 2, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1_l1, TOUT, 8, 2, 2, 6, 2, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_l1, TOUT, 4, 2, 4, 4, 2, 8, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4_l1, TOUT, 8, 4, 2, 4, 1, 4, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r6_o2_c1_x1, TOUT, 4, 2, 2, 6, 2, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_x1, TOUT, 4, 2, 4, 4, 2, 8, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1)
 PTI_WG5_ALL(bf16_f32, 0)
 PTI_WG5_ALL(bf16_out, 1)
 

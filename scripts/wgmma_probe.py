@@ -31,7 +31,8 @@ VARIANTS += ["m8_w2_b4_d2_o2_c4", "m8_w1_b4_d2_o2_c4", "m8_w1_b4_d4_o2_c4", "m8_
 RING = ["m8_w4_b4_r4_o1_c8", "m8_w4_b4_r3_o1_c8", "m8_w4_b2_r6_o1_c8", "m8_w4_b2_r8_o1_c8", "m8_w2_b2_r6_o2_c8", "m8_w2_b4_r3_o2_c8", "m8_w4_b2_r4_o1_c4", "m4_w4_b4_r4_o1_c8", "m4_w4_b2_r8_o1_c8", "m4_w2_b4_r4_o2_c8",
         "m8_w4_b2_r4_o1_c1", "m8_w4_b4_r3_o1_c1", "m8_w2_b2_r6_o2_c1", "m8_w1_b2_r3_o4_c1", "m4_w4_b4_r4_o1_c1", "m4_w2_b4_r4_o2_c1",
         "m4_w1_b2_r4_o4_c1", "m8_w2_b2_r4_o2_c1", "m4_w2_b2_r8_o2_c1", "m4_w2_b2_r4_o3_c1",
-        "m4_w2_b4_r4_o2_c1_l1", "m8_w2_b2_r4_o2_c1_l1", "m8_w2_b2_r6_o2_c1_l1", "m4_w2_b4_r4_o2_c8_l1", "m8_w4_b2_r4_o1_c4_l1"]
+        "m4_w2_b4_r4_o2_c1_l1", "m8_w2_b2_r4_o2_c1_l1", "m8_w2_b2_r6_o2_c1_l1", "m4_w2_b4_r4_o2_c8_l1", "m8_w4_b2_r4_o1_c4_l1",
+        "m4_w2_b4_r3_o2_c1_x1", "m4_w2_b2_r6_o2_c1_x1", "m8_w2_b2_r4_o2_c1_x1", "m4_w2_b4_r4_o2_c8_x1", "m8_w4_b2_r3_o1_c4_x1"]
 VARIANTS += RING
 
 
@@ -52,6 +53,8 @@ def smem_bytes(v: str) -> int:
     part = (nr // 2) * 128 * p["w"] * 4
     if "r" in p:   # the ring form: barriers, 3 phases of tiles, r stages of b blocks (weights, scales), sums
         rings = 3 * p["b"] * nr * 64 + p["r"] * p["b"] * 4 * p["w"] * 544
+        if p.get("x"):   # the tiles in the ring's slots instead
+            rings = p["r"] * p["b"] * (4 * p["w"] * 544 + nr * 64)
         if p["c"] == 8:
             return 128 + max(rings, part)
         return 128 + rings + (1 if p["c"] == 1 else 8 // p["c"]) * part   # c1: one running sum
@@ -62,6 +65,33 @@ def smem_bytes(v: str) -> int:
     if "s" in p:   # the cp.async ring: S stages of U blocks (tile + each warp's weights and scales)
         return p["s"] * p["u"] * (nr * 64 + 4 * p["w"] * 544) + part
     return 2 * p["u"] * nr * 64 + part
+
+
+def tile_offsets(nr: int):
+    """Element offsets, within one block's activation tile (nr rows x 32 k, bf16), of x[row, k], as
+    pti_wg_store_half lays them: 8-row groups of 512 bytes, each 4 words w of 128 bytes holding, a row,
+    the k pairs 2w of both 8-k pieces of its two 16-k halves."""
+    import torch
+    r = torch.arange(nr)[:, None]
+    k = torch.arange(32)[None, :]
+    half, kk = k // 16, k % 16
+    return (r >> 3) * 256 + ((kk % 8) // 2) * 64 + (r & 7) * 8 + 4 * half + 2 * (kk // 8) + kk % 2
+
+
+def x_tiles(x, v: str, nb: int):
+    """The activations in the ring form's x1 layout (pti_wg5_mm, XB): [c ranks][sequence of 8 / c slices x
+    nb / 8 blocks][tile], rows past x's last repeating it, as the kernel staging them does."""
+    import torch
+    p = parts(v)
+    nr, c = 8 * p["m"], p["c"]
+    nblk = nb // 8
+    j = torch.arange((8 // c) * nblk)
+    seq = torch.arange(c)[:, None] + c * (j // nblk)[None, :] + 8 * (j % nblk)[None, :]   # pti_wg_seq_block
+    rows = torch.arange(nr).clamp(max=x.shape[0] - 1).to(x.device)
+    blocks = x[rows, :nb * 32].reshape(nr, nb, 32)[:, seq.to(x.device)]   # [nr, c, seq, 32]
+    out = torch.empty(c, seq.shape[1], nr * 32, dtype=x.dtype, device=x.device)
+    out[:, :, tile_offsets(nr).flatten().to(x.device)] = blocks.permute(1, 2, 0, 3).reshape(c, seq.shape[1], -1)
+    return out
 
 
 def ring_layout(p, v: str):
@@ -106,6 +136,8 @@ def main() -> None:
                                        smem_bytes(v)), "smem attr")
 
     ring_packs = {}   # (id(pack), w, c) -> (pack, its ring layout): the pack is kept so its id is not reused
+    tile_xs = {}      # (id(x), v) -> (x, its x1 tiles), the same way: built outside the timed launches, as the
+                      # kernel producing the activations would write them
 
     def launch_wg(tag, v, p, x, y):
         m, k = x.shape
@@ -116,7 +148,13 @@ def main() -> None:
             if key not in ring_packs:
                 ring_packs[key] = (p, ring_layout(p, v))
             p = ring_packs[key][1]
-        vals = (p.q.data_ptr(), p.s.data_ptr(), x.data_ptr(), y.data_ptr(), m, p.rows, p.cols, nb, x.stride(0), y.stride(0))
+        xp = x
+        if parts(v).get("x"):
+            key = (id(x), v)
+            if key not in tile_xs:
+                tile_xs[key] = (x, x_tiles(x, v, nb))
+            xp = tile_xs[key][1]
+        vals = (p.q.data_ptr(), p.s.data_ptr(), xp.data_ptr(), y.data_ptr(), m, p.rows, p.cols, nb, x.stride(0), y.stride(0))
         types = (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 6
         stream = torch.cuda.current_stream().cuda_stream
         launch_kernel(drv, fn[f"{tag}_{v}"], (c * (p.q.shape[0] // (4 * parts(v)["w"])),), (128 * parts(v)["w"],),
@@ -188,6 +226,7 @@ def main() -> None:
             print(" | ".join(line), flush=True)
         del packs
         ring_packs.clear()
+        tile_xs.clear()
         torch.cuda.empty_cache()
 
 
