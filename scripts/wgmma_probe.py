@@ -67,6 +67,15 @@ def smem_bytes(v: str) -> int:
     return 2 * p["u"] * nr * 64 + part
 
 
+def block_sequence(c: int, nb: int):
+    """[c ranks][8 / c slices x nb / 8 blocks]: the file block at each step of a cluster rank's sequence
+    (pti_wg_seq_block: slices r, r + c, ..., block b of a slice at r + 8 b)."""
+    import torch
+    nblk = nb // 8
+    j = torch.arange((8 // c) * nblk)
+    return torch.arange(c)[:, None] + c * (j // nblk)[None, :] + 8 * (j % nblk)[None, :]
+
+
 def tile_offsets(nr: int):
     """Element offsets, within one block's activation tile (nr rows x 32 k, bf16), of x[row, k], as
     pti_wg_store_half lays them: 8-row groups of 512 bytes, each 4 words w of 128 bytes holding, a row,
@@ -84,9 +93,7 @@ def x_tiles(x, v: str, nb: int):
     import torch
     p = parts(v)
     nr, c = 8 * p["m"], p["c"]
-    nblk = nb // 8
-    j = torch.arange((8 // c) * nblk)
-    seq = torch.arange(c)[:, None] + c * (j // nblk)[None, :] + 8 * (j % nblk)[None, :]   # pti_wg_seq_block
+    seq = block_sequence(c, nb)
     rows = torch.arange(nr).clamp(max=x.shape[0] - 1).to(x.device)
     blocks = x[rows, :nb * 32].reshape(nr, nb, 32)[:, seq.to(x.device)]   # [nr, c, seq, 32]
     out = torch.empty(c, seq.shape[1], nr * 32, dtype=x.dtype, device=x.device)
@@ -98,12 +105,11 @@ def ring_layout(p, v: str):
     """The ring form's weight layout (wgmma_probe.cu, pti_wg5_mm): each CTA's blocks contiguous, in its
     sequence of slices, [R row groups] within a block; the scales the same way."""
     from pti_cli.backends.repack import Packed
-    w, c = parts(v)["w"], parts(v)["c"]
     g, nb = p.q.shape[:2]
-    r, spc = 4 * w, 8 // c
+    r, seq = 4 * parts(v)["w"], block_sequence(parts(v)["c"], nb).to(p.q.device)
 
-    def perm(t):
-        return t.reshape(g // r, r, nb // 8, spc, c, -1).permute(0, 4, 3, 2, 1, 5).contiguous()
+    def perm(t):   # [unit, row group, block, ...] -> [unit, rank, sequence, row group, ...]
+        return t.reshape(g // r, r, nb, -1)[:, :, seq].permute(0, 2, 3, 1, 4).contiguous()
     return Packed(perm(p.q.reshape(g, nb, 512)).reshape(p.q.shape), perm(p.s).reshape(p.s.shape), p.rows, p.cols, p.code)
 
 
