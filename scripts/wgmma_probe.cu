@@ -853,7 +853,15 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r6_o2_c1_x1, TOUT, 4, 2, 2, 6, 2, 1, 0, 1) \
     PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1) \
     PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_x1, TOUT, 4, 2, 4, 4, 2, 8, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1)
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o2_c8_x1, TOUT, 4, 2, 2, 4, 2, 8, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c4_x1, TOUT, 4, 1, 2, 4, 4, 4, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c8_x1, TOUT, 8, 4, 2, 3, 1, 8, 0, 1)
 PTI_WG5_ALL(bf16_f32, 0)
 PTI_WG5_ALL(bf16_out, 1)
 
