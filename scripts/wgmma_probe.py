@@ -33,7 +33,8 @@ RING = ["m8_w4_b4_r4_o1_c8", "m8_w4_b4_r3_o1_c8", "m8_w4_b2_r6_o1_c8", "m8_w4_b2
         "m4_w1_b2_r4_o4_c1", "m8_w2_b2_r4_o2_c1", "m4_w2_b2_r8_o2_c1", "m4_w2_b2_r4_o3_c1",
         "m4_w2_b4_r4_o2_c1_l1", "m8_w2_b2_r4_o2_c1_l1", "m8_w2_b2_r6_o2_c1_l1", "m4_w2_b4_r4_o2_c8_l1", "m8_w4_b2_r4_o1_c4_l1",
         "m4_w2_b4_r3_o2_c1_x1", "m4_w2_b2_r6_o2_c1_x1", "m8_w2_b2_r4_o2_c1_x1", "m4_w2_b4_r4_o2_c8_x1", "m8_w4_b2_r3_o1_c4_x1",
-        "m4_w2_b2_r4_o2_c8_x1", "m4_w2_b4_r3_o2_c4_x1", "m4_w1_b2_r4_o4_c4_x1", "m4_w1_b4_r3_o4_c8_x1", "m8_w2_b2_r4_o2_c8_x1", "m4_w2_b2_r4_o3_c8_x1", "m8_w1_b2_r3_o3_c4_x1", "m8_w4_b2_r3_o1_c8_x1"]
+        "m4_w2_b2_r4_o2_c8_x1", "m4_w2_b4_r3_o2_c4_x1", "m4_w1_b2_r4_o4_c4_x1", "m4_w1_b4_r3_o4_c8_x1", "m8_w2_b2_r4_o2_c8_x1", "m4_w2_b2_r4_o3_c8_x1", "m8_w1_b2_r3_o3_c4_x1", "m8_w4_b2_r3_o1_c8_x1",
+        "m4_w2_b4_r3_o2_c1_x1_q1", "m8_w2_b2_r4_o2_c1_x1_q1", "m4_w2_b4_r4_o2_c8_x1_q1", "m8_w2_b2_r4_o2_c8_x1_q1"]
 VARIANTS += RING
 
 
@@ -150,7 +151,7 @@ def main() -> None:
         m, k = x.shape
         nb = p.q.shape[1]
         c = parts(v).get("c", 8)
-        if "r" in parts(v):   # the ring form reads its own layout (cached a pack)
+        if "r" in parts(v) and not parts(v).get("q"):   # the ring form reads its own layout (cached a pack; q1: the backend's)
             key = (id(p), parts(v)["w"], c)
             if key not in ring_packs:
                 ring_packs[key] = (p, ring_layout(p, v))
