@@ -681,7 +681,7 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-template <int TOUT, int MT, int WG, int PB, int S, int SPC, int LATE, int XB, int QL>
+template <int TOUT, int MT, int WG, int PB, int S, int SPC, int LATE, int XB>
 __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
                                            const unsigned short* __restrict__ x, void* y, int M, int N, int K,
                                            int nb, int ldx, int ldy) {
@@ -692,7 +692,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     constexpr int RINGS = XB ? S * RSTAGE : 3 * PHASE + S * WSTAGE;   // the partial sums' place, past 128 B
     constexpr int BPI = T / (2 * NR);                    // blocks one round of half rows covers
     constexpr int IP = (PB + BPI - 1) / BPI;             // half rows a thread moves, a phase
-    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB && (!LATE || IP == 1) && !(XB && LATE) && (!QL || XB),
+    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB && (!LATE || IP == 1) && !(XB && LATE),
                   "probe shape");
     extern __shared__ __align__(128) unsigned char pti_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -707,39 +707,29 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     // x_tiles), as the kernel producing the activations would write them.
     const char* xc = (const char*)x + (pti_u64)sl * nst * PHASE;
     auto block_of = [&](int j) { return pti_wg_seq_block<SPC>(j, nblk, sl, C); };
-    auto fill = [&](int i, int st) {   // stage i into slot st = i % S (thread 0; QL: warp 0)
+    // stage i into slot st = i % S (thread 0): what = 1 the weights and scales (and the barrier's byte
+    // count, the tiles' included), 2 the activation tiles (XB), 3 both
+    auto fill = [&](int i, int st, int what) {
         const unsigned slot = wbase + st * RSTAGE, bar = full + 8 * st;
-        if (QL) {   // the backend's layout ([row group][block][512 B], scales [row group][block][32 B]):
-                    // a copy of each a (block, row group), spread over warp 0's lanes
-            if (lane == 0) pti_wg_bar_expect(bar, RSTAGE);
-            __syncwarp();
-            for (int c = lane; c < PB * R; c += 32) {
-                const int u = c / R, r = c % R;
-                const pti_u64 b = (pti_u64)(unit * R + r) * nb + block_of(i * PB + u);
-                pti_wg_bulk(slot + u * WB + r * 512, (const char*)q + b * 512, 512, bar);
-                pti_wg_bulk(slot + PB * WB + u * SB + r * 32, (const char*)s + b * 32, 32, bar);
-            }
-            if (lane == 0) pti_wg_bulk(slot + WSTAGE, xc + (pti_u64)i * PHASE, PHASE, bar);
-            return;
+        if (what & 1) {
+            pti_wg_bar_expect(bar, RSTAGE);
+            pti_wg_bulk(slot, qc + (pti_u64)i * PB * WB, PB * WB, bar);
+            pti_wg_bulk(slot + PB * WB, scs + (pti_u64)i * PB * SB, PB * SB, bar);
         }
-        pti_wg_bar_expect(bar, RSTAGE);
-        pti_wg_bulk(slot, qc + (pti_u64)i * PB * WB, PB * WB, bar);
-        pti_wg_bulk(slot + PB * WB, scs + (pti_u64)i * PB * SB, PB * SB, bar);
-        if (XB) pti_wg_bulk(slot + WSTAGE, xc + (pti_u64)i * PHASE, PHASE, bar);
+        if (XB && (what & 2)) pti_wg_bulk(slot + WSTAGE, xc + (pti_u64)i * PHASE, PHASE, bar);
     };
     if (tid == 0) {
         for (int i = 0; i < S; ++i) pti_wg_bar_init(full + 8 * i, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        if (!XB)
-            for (int i = 0; i < min(S, nst); ++i) fill(i, i);   // the weights need not wait for the previous kernel
+        for (int i = 0; i < min(S, nst); ++i) fill(i, i, XB ? 1 : 3);   // the weights need not wait for the previous kernel
     }
     __syncthreads();
     pti_pdl_trigger();
     const int rg = unit * R + warp;
     const PtiCvt k = pti_cvt_masks<0>(0u);
     pti_pdl_wait();
-    if (XB && (QL ? warp == 0 : tid == 0))   // the activations must (one arrive with both byte counts: simplest, and a probe)
-        for (int i = 0; i < min(S, nst); ++i) fill(i, i);
+    if (XB && tid == 0)   // the activations must (the barrier already expects their bytes)
+        for (int i = 0; i < min(S, nst); ++i) fill(i, i, 2);
     const int h = tid & 1, xrow = (tid >> 1) % NR, bt = tid / (2 * NR);
     const unsigned short* xt = x + (pti_u64)min(xrow, M - 1) * ldx + 8 * bt * 32 + 16 * h;
     auto x_at = [&](int j) { return (const uint4*)(xt + block_of(j) * 32); };   // phase start j
@@ -812,7 +802,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
             ++slice;
         }
         __syncthreads();   // every warp is past stage ph's words and phase ph's tiles
-        if ((QL ? warp == 0 : tid == 0) && ph + S < nst) fill(ph + S, st);
+        if (tid == 0 && ph + S < nst) fill(ph + S, st, 3);
         t3 = t3n;
         if (++st == S) {
             st = 0;
@@ -835,51 +825,47 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     pti_wg_cluster_out<TOUT, ND, T, C>(abase + (SPC == 1 ? 0 : RINGS), sl, rg, y, M, N, ldy);
 }
 
-#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C, L, X, QL) \
-    PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C, L, X, QL>)
+#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C, L, X) \
+    PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C, L, X>)
 #define PTI_WG5_ALL(TAG, TOUT) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1_l1, TOUT, 4, 2, 4, 4, 2, 1, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_l1, TOUT, 8, 2, 2, 4, 2, 1, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1_l1, TOUT, 8, 2, 2, 6, 2, 1, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_l1, TOUT, 4, 2, 4, 4, 2, 8, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4_l1, TOUT, 8, 4, 2, 4, 1, 4, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r6_o2_c1_x1, TOUT, 4, 2, 2, 6, 2, 1, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_x1, TOUT, 4, 2, 4, 4, 2, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o2_c8_x1, TOUT, 4, 2, 2, 4, 2, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c4_x1, TOUT, 4, 1, 2, 4, 4, 4, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c8_x1, TOUT, 8, 4, 2, 3, 1, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1_q1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1_q1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_x1_q1, TOUT, 4, 2, 4, 4, 2, 8, 0, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1_q1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1, 1)
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1_l1, TOUT, 4, 2, 4, 4, 2, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_l1, TOUT, 8, 2, 2, 4, 2, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1_l1, TOUT, 8, 2, 2, 6, 2, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_l1, TOUT, 4, 2, 4, 4, 2, 8, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4_l1, TOUT, 8, 4, 2, 4, 1, 4, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r6_o2_c1_x1, TOUT, 4, 2, 2, 6, 2, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_x1, TOUT, 4, 2, 4, 4, 2, 8, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o2_c8_x1, TOUT, 4, 2, 2, 4, 2, 8, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c4_x1, TOUT, 4, 1, 2, 4, 4, 4, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c8_x1, TOUT, 8, 4, 2, 3, 1, 8, 0, 1)
 PTI_WG5_ALL(bf16_f32, 0)
 PTI_WG5_ALL(bf16_out, 1)
 

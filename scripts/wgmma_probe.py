@@ -2,7 +2,8 @@
 """The wgmma probe (scripts/wgmma_probe.cu) on the H200: its registers and spills, whether its outputs
 have the policy kernels' bits, and its time next to the policy's, rotating copies past the L2 as
 `pti bench --kernels` does.
-    python3 scripts/wgmma_probe.py [--compile-only] [--variants A,B,...]   (--compile-only: no GPU, NVRTC's report)
+    python3 scripts/wgmma_probe.py [--compile-only] [--variants A,B,...] [--shapes NxK,...] [--no-pdl]
+    (--compile-only: no GPU, NVRTC's report)
     python3 scripts/wgmma_probe.py --launch VARIANT N K M (two launches of one variant, for ncu)"""
 
 import ctypes
@@ -33,8 +34,7 @@ RING = ["m8_w4_b4_r4_o1_c8", "m8_w4_b4_r3_o1_c8", "m8_w4_b2_r6_o1_c8", "m8_w4_b2
         "m4_w1_b2_r4_o4_c1", "m8_w2_b2_r4_o2_c1", "m4_w2_b2_r8_o2_c1", "m4_w2_b2_r4_o3_c1",
         "m4_w2_b4_r4_o2_c1_l1", "m8_w2_b2_r4_o2_c1_l1", "m8_w2_b2_r6_o2_c1_l1", "m4_w2_b4_r4_o2_c8_l1", "m8_w4_b2_r4_o1_c4_l1",
         "m4_w2_b4_r3_o2_c1_x1", "m4_w2_b2_r6_o2_c1_x1", "m8_w2_b2_r4_o2_c1_x1", "m4_w2_b4_r4_o2_c8_x1", "m8_w4_b2_r3_o1_c4_x1",
-        "m4_w2_b2_r4_o2_c8_x1", "m4_w2_b4_r3_o2_c4_x1", "m4_w1_b2_r4_o4_c4_x1", "m4_w1_b4_r3_o4_c8_x1", "m8_w2_b2_r4_o2_c8_x1", "m4_w2_b2_r4_o3_c8_x1", "m8_w1_b2_r3_o3_c4_x1", "m8_w4_b2_r3_o1_c8_x1",
-        "m4_w2_b4_r3_o2_c1_x1_q1", "m8_w2_b2_r4_o2_c1_x1_q1", "m4_w2_b4_r4_o2_c8_x1_q1", "m8_w2_b2_r4_o2_c8_x1_q1"]
+        "m4_w2_b2_r4_o2_c8_x1", "m4_w2_b4_r3_o2_c4_x1", "m4_w1_b2_r4_o4_c4_x1", "m4_w1_b4_r3_o4_c8_x1", "m8_w2_b2_r4_o2_c8_x1", "m4_w2_b2_r4_o3_c8_x1", "m8_w1_b2_r3_o3_c4_x1", "m8_w4_b2_r3_o1_c8_x1"]
 VARIANTS += RING
 
 
@@ -143,6 +143,8 @@ def main() -> None:
             _cu(drv.cuFuncSetAttribute(f, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        smem_bytes(v)), "smem attr")
 
+    # programmatic dependent launch as the policy's launches (be.pdl); --no-pdl: without (sessions 22-25's calls 1-8)
+    pdl = be.pdl and "--no-pdl" not in sys.argv
     ring_packs = {}   # (id(pack), w, c) -> (pack, its ring layout): the pack is kept so its id is not reused
     tile_xs = {}      # (id(x), v) -> (x, its x1 tiles), the same way: built outside the timed launches, as the
                       # kernel producing the activations would write them
@@ -151,7 +153,7 @@ def main() -> None:
         m, k = x.shape
         nb = p.q.shape[1]
         c = parts(v).get("c", 8)
-        if "r" in parts(v) and not parts(v).get("q"):   # the ring form reads its own layout (cached a pack; q1: the backend's)
+        if "r" in parts(v):   # the ring form reads its own layout (cached a pack)
             key = (id(p), parts(v)["w"], c)
             if key not in ring_packs:
                 ring_packs[key] = (p, ring_layout(p, v))
@@ -166,7 +168,7 @@ def main() -> None:
         types = (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 6
         stream = torch.cuda.current_stream().cuda_stream
         launch_kernel(drv, fn[f"{tag}_{v}"], (c * (p.q.shape[0] // (4 * parts(v)["w"])),), (128 * parts(v)["w"],),
-                      smem_bytes(v), stream, (vals, types), False, v, cluster=c)
+                      smem_bytes(v), stream, (vals, types), pdl, v, cluster=c)
 
     def fits(v, m):
         return 8 * parts(v)["m"] >= m and 8 * parts(v)["m"] < 2 * max(m, 8) + 8
