@@ -109,24 +109,35 @@ template <int TOUT, int ND, int T, int C>
 __device__ __forceinline__ void pti_wg_cluster_out(unsigned pbase, int sl, int rg, void* y, int M, int N, int ldy) {
     const int tid = threadIdx.x, lane = tid & 31;
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    // A chunk's loads first, then its adds in slice order: a load, add, load chain waited out each load's
+    // latency (64 in a row for ND / C = 8) at the end of every CTA.  Chunks of at most 8 elements (64
+    // values: the long form's c1 spilled with all 32 at once).
+    constexpr int NE = ND / C, CH = NE < 8 ? NE : 8;
 #pragma unroll
-    for (int ii = 0; ii < ND / C; ++ii) {
-        const int i = sl * (ND / C) + ii;
-        float v = 0.f;
+    for (int i0 = 0; i0 < NE; i0 += CH) {
+        float pv[CH][8];
 #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-            const unsigned a = pbase + 4u * (((r / C) * ND + i) * T + tid);
-            float pv;
-            if (C == 1) {
-                asm volatile("ld.shared.f32 %0, [%1];" : "=f"(pv) : "r"(a) : "memory");
-            } else {
-                unsigned ra;
-                asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r % C));
-                asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
+        for (int ii = 0; ii < CH; ++ii) {
+            const int i = sl * NE + i0 + ii;
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                const unsigned a = pbase + 4u * (((r / C) * ND + i) * T + tid);
+                if (C == 1) {
+                    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(pv[ii][r]) : "r"(a) : "memory");
+                } else {
+                    unsigned ra;
+                    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r % C));
+                    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv[ii][r]) : "r"(ra) : "memory");
+                }
             }
-            v = r == 0 ? pv : __fadd_rn(v, pv);
         }
-        pti_wg_store_elem<TOUT>(y, i, lane, rg, M, N, ldy, v);
+#pragma unroll
+        for (int ii = 0; ii < CH; ++ii) {
+            float v = pv[ii][0];
+#pragma unroll
+            for (int r = 1; r < 8; ++r) v = __fadd_rn(v, pv[ii][r]);
+            pti_wg_store_elem<TOUT>(y, sl * NE + i0 + ii, lane, rg, M, N, ldy, v);
+        }
     }
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
@@ -681,7 +692,7 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-template <int TOUT, int MT, int WG, int PB, int S, int SPC, int LATE, int XB>
+template <int TOUT, int MT, int WG, int PB, int S, int SPC, int LATE, int XB, int EB>
 __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
                                            const unsigned short* __restrict__ x, void* y, int M, int N, int K,
                                            int nb, int ldx, int ldy) {
@@ -692,13 +703,13 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     constexpr int RINGS = XB ? S * RSTAGE : 3 * PHASE + S * WSTAGE;   // the partial sums' place, past 128 B
     constexpr int BPI = T / (2 * NR);                    // blocks one round of half rows covers
     constexpr int IP = (PB + BPI - 1) / BPI;             // half rows a thread moves, a phase
-    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB && (!LATE || IP == 1) && !(XB && LATE),
+    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB && (!LATE || IP == 1) && !(XB && LATE) && (!EB || XB),
                   "probe shape");
     extern __shared__ __align__(128) unsigned char pti_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int sl = blockIdx.x % C, unit = blockIdx.x / C;
     const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem);
-    const unsigned full = sbase;                          // stage slot i's barrier at + 8 i
+    const unsigned full = sbase, empty = sbase + 64;      // stage slot i's barriers at + 8 i (EB: empty)
     const unsigned abase = sbase + 128, wbase = abase + (XB ? 0 : 3 * PHASE);
     const int nblk = nb / 8, nseq = SPC * nblk, nst = nseq / PB;
     const char* qc = (const char*)q + (pti_u64)blockIdx.x * nseq * WB;   // this CTA's blocks
@@ -720,6 +731,8 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     };
     if (tid == 0) {
         for (int i = 0; i < S; ++i) pti_wg_bar_init(full + 8 * i, 1);
+        if (EB)
+            for (int i = 0; i < S; ++i) pti_wg_bar_init(empty + 8 * i, R);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         for (int i = 0; i < min(S, nst); ++i) fill(i, i, XB ? 1 : 3);   // the weights need not wait for the previous kernel
     }
@@ -801,8 +814,17 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
             }
             ++slice;
         }
-        __syncthreads();   // every warp is past stage ph's words and phase ph's tiles
-        if (tid == 0 && ph + S < nst) fill(ph + S, st, 3);
+        if (EB) {   // each warp frees the slot on its own; thread 0 waits for all R before refilling it
+            __syncwarp();
+            if (lane == 0) asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(empty + 8 * st) : "memory");
+            if (tid == 0 && ph + S < nst) {
+                pti_wg_bar_wait(empty + 8 * st, parity);
+                fill(ph + S, st, 3);
+            }
+        } else {
+            __syncthreads();   // every warp is past stage ph's words and phase ph's tiles
+            if (tid == 0 && ph + S < nst) fill(ph + S, st, 3);
+        }
         t3 = t3n;
         if (++st == S) {
             st = 0;
@@ -812,6 +834,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
         if (nxb >= 8 * nblk) nxb -= 8 * nblk - C;
     }
     if (SPC == 1) {   // every consumer's wgmmas and every copy are done: the sums reuse the rings
+        if (EB) __syncthreads();
         float* part = (float*)(pti_smem + 128);
 #pragma unroll
         for (int i = 0; i < ND; ++i) part[i * T + tid] = acc[i];
@@ -825,47 +848,55 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     pti_wg_cluster_out<TOUT, ND, T, C>(abase + (SPC == 1 ? 0 : RINGS), sl, rg, y, M, N, ldy);
 }
 
-#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C, L, X) \
-    PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C, L, X>)
+#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C, L, X, E) \
+    PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C, L, X, E>)
 #define PTI_WG5_ALL(TAG, TOUT) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1_l1, TOUT, 4, 2, 4, 4, 2, 1, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_l1, TOUT, 8, 2, 2, 4, 2, 1, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1_l1, TOUT, 8, 2, 2, 6, 2, 1, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_l1, TOUT, 4, 2, 4, 4, 2, 8, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4_l1, TOUT, 8, 4, 2, 4, 1, 4, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r6_o2_c1_x1, TOUT, 4, 2, 2, 6, 2, 1, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_x1, TOUT, 4, 2, 4, 4, 2, 8, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o2_c8_x1, TOUT, 4, 2, 2, 4, 2, 8, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c4_x1, TOUT, 4, 1, 2, 4, 4, 4, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c8_x1, TOUT, 8, 4, 2, 3, 1, 8, 0, 1)
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1_l1, TOUT, 4, 2, 4, 4, 2, 1, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_l1, TOUT, 8, 2, 2, 4, 2, 1, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1_l1, TOUT, 8, 2, 2, 6, 2, 1, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_l1, TOUT, 4, 2, 4, 4, 2, 8, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4_l1, TOUT, 8, 4, 2, 4, 1, 4, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r6_o2_c1_x1, TOUT, 4, 2, 2, 6, 2, 1, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_x1, TOUT, 4, 2, 4, 4, 2, 8, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o2_c8_x1, TOUT, 4, 2, 2, 4, 2, 8, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c4_x1, TOUT, 4, 1, 2, 4, 4, 4, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c8_x1, TOUT, 8, 4, 2, 3, 1, 8, 0, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1_e1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1_e1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1_e1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1_e1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1_e1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1_e1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1_e1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1_e1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1, 1)
 PTI_WG5_ALL(bf16_f32, 0)
 PTI_WG5_ALL(bf16_out, 1)
 

@@ -34,7 +34,8 @@ RING = ["m8_w4_b4_r4_o1_c8", "m8_w4_b4_r3_o1_c8", "m8_w4_b2_r6_o1_c8", "m8_w4_b2
         "m4_w1_b2_r4_o4_c1", "m8_w2_b2_r4_o2_c1", "m4_w2_b2_r8_o2_c1", "m4_w2_b2_r4_o3_c1",
         "m4_w2_b4_r4_o2_c1_l1", "m8_w2_b2_r4_o2_c1_l1", "m8_w2_b2_r6_o2_c1_l1", "m4_w2_b4_r4_o2_c8_l1", "m8_w4_b2_r4_o1_c4_l1",
         "m4_w2_b4_r3_o2_c1_x1", "m4_w2_b2_r6_o2_c1_x1", "m8_w2_b2_r4_o2_c1_x1", "m4_w2_b4_r4_o2_c8_x1", "m8_w4_b2_r3_o1_c4_x1",
-        "m4_w2_b2_r4_o2_c8_x1", "m4_w2_b4_r3_o2_c4_x1", "m4_w1_b2_r4_o4_c4_x1", "m4_w1_b4_r3_o4_c8_x1", "m8_w2_b2_r4_o2_c8_x1", "m4_w2_b2_r4_o3_c8_x1", "m8_w1_b2_r3_o3_c4_x1", "m8_w4_b2_r3_o1_c8_x1"]
+        "m4_w2_b2_r4_o2_c8_x1", "m4_w2_b4_r3_o2_c4_x1", "m4_w1_b2_r4_o4_c4_x1", "m4_w1_b4_r3_o4_c8_x1", "m8_w2_b2_r4_o2_c8_x1", "m4_w2_b2_r4_o3_c8_x1", "m8_w1_b2_r3_o3_c4_x1", "m8_w4_b2_r3_o1_c8_x1",
+        "m4_w2_b4_r3_o2_c1_x1_e1", "m8_w2_b2_r4_o2_c1_x1_e1", "m4_w2_b4_r3_o2_c4_x1_e1", "m4_w2_b2_r4_o3_c8_x1_e1", "m4_w1_b4_r3_o4_c8_x1_e1", "m8_w4_b2_r3_o1_c4_x1_e1", "m8_w2_b2_r4_o2_c8_x1_e1", "m8_w1_b2_r3_o3_c4_x1_e1"]
 VARIANTS += RING
 
 
