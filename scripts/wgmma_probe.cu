@@ -692,7 +692,7 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-template <int TOUT, int MT, int WG, int PB, int S, int SPC, int LATE, int XB, int EB>
+template <int TOUT, int MT, int WG, int PB, int S, int SPC, int LATE, int XB, int EB, int IL>
 __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const unsigned* __restrict__ s,
                                            const unsigned short* __restrict__ x, void* y, int M, int N, int K,
                                            int nb, int ldx, int ldy) {
@@ -703,7 +703,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     constexpr int RINGS = XB ? S * RSTAGE : 3 * PHASE + S * WSTAGE;   // the partial sums' place, past 128 B
     constexpr int BPI = T / (2 * NR);                    // blocks one round of half rows covers
     constexpr int IP = (PB + BPI - 1) / BPI;             // half rows a thread moves, a phase
-    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB && (!LATE || IP == 1) && !(XB && LATE) && (!EB || XB),
+    static_assert(T % (2 * NR) == 0 && ND % C == 0 && S <= 8 && IP <= PB && (!LATE || IP == 1) && !(XB && LATE) && (!EB || XB) && (!IL || XB),
                   "probe shape");
     extern __shared__ __align__(128) unsigned char pti_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -722,7 +722,15 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     // count, the tiles' included), 2 the activation tiles (XB), 3 both
     auto fill = [&](int i, int st, int what) {
         const unsigned slot = wbase + st * RSTAGE, bar = full + 8 * st;
-        if (what & 1) {
+        if ((what & 1) && IL) {   // IL: [unit][file block][R row groups][512 B], scales [unit][block][R][32 B]
+            pti_wg_bar_expect(bar, RSTAGE);
+#pragma unroll
+            for (int u = 0; u < PB; ++u) {
+                const pti_u64 b = (pti_u64)unit * nb + block_of(i * PB + u);
+                pti_wg_bulk(slot + u * WB, (const char*)q + b * WB, WB, bar);
+                pti_wg_bulk(slot + PB * WB + u * SB, (const char*)s + b * SB, SB, bar);
+            }
+        } else if (what & 1) {
             pti_wg_bar_expect(bar, RSTAGE);
             pti_wg_bulk(slot, qc + (pti_u64)i * PB * WB, PB * WB, bar);
             pti_wg_bulk(slot + PB * WB, scs + (pti_u64)i * PB * SB, PB * SB, bar);
@@ -848,55 +856,62 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
     pti_wg_cluster_out<TOUT, ND, T, C>(abase + (SPC == 1 ? 0 : RINGS), sl, rg, y, M, N, ldy);
 }
 
-#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C, L, X, E) \
-    PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C, L, X, E>)
+#define PTI_WG5(NAME, TOUT, MT, WG, PB, S, OCC, C, L, X, E, I) \
+    PTI_WG_KERNEL(NAME, (128 * WG, OCC), pti_wg5_mm<TOUT, MT, WG, PB, S, 8 / C, L, X, E, I>)
 #define PTI_WG5_ALL(TAG, TOUT) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1, 0, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1_l1, TOUT, 4, 2, 4, 4, 2, 1, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_l1, TOUT, 8, 2, 2, 4, 2, 1, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1_l1, TOUT, 8, 2, 2, 6, 2, 1, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_l1, TOUT, 4, 2, 4, 4, 2, 8, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4_l1, TOUT, 8, 4, 2, 4, 1, 4, 1, 0, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r6_o2_c1_x1, TOUT, 4, 2, 2, 6, 2, 1, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_x1, TOUT, 4, 2, 4, 4, 2, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o2_c8_x1, TOUT, 4, 2, 2, 4, 2, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c4_x1, TOUT, 4, 1, 2, 4, 4, 4, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c8_x1, TOUT, 8, 4, 2, 3, 1, 8, 0, 1, 0) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1_e1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1_e1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1_e1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1_e1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1_e1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1_e1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1_e1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1, 1) \
-    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1_e1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1, 1)
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r4_o1_c8, TOUT, 8, 4, 4, 4, 1, 8, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c8, TOUT, 8, 4, 4, 3, 1, 8, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r6_o1_c8, TOUT, 8, 4, 2, 6, 1, 8, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r8_o1_c8, TOUT, 8, 4, 2, 8, 1, 8, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c8, TOUT, 8, 2, 2, 6, 2, 8, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b4_r3_o2_c8, TOUT, 8, 2, 4, 3, 2, 8, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4, TOUT, 8, 4, 2, 4, 1, 4, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c8, TOUT, 4, 4, 4, 4, 1, 8, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b2_r8_o1_c8, TOUT, 4, 4, 2, 8, 1, 8, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8, TOUT, 4, 2, 4, 4, 2, 8, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c1, TOUT, 8, 4, 2, 4, 1, 1, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b4_r3_o1_c1, TOUT, 8, 4, 4, 3, 1, 1, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1, TOUT, 8, 2, 2, 6, 2, 1, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o4_c1, TOUT, 8, 1, 2, 3, 4, 1, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w4_b4_r4_o1_c1, TOUT, 4, 4, 4, 4, 1, 1, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1, TOUT, 4, 2, 4, 4, 2, 1, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c1, TOUT, 4, 1, 2, 4, 4, 1, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1, TOUT, 8, 2, 2, 4, 2, 1, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r8_o2_c1, TOUT, 4, 2, 2, 8, 2, 1, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c1, TOUT, 4, 2, 2, 4, 3, 1, 0, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c1_l1, TOUT, 4, 2, 4, 4, 2, 1, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_l1, TOUT, 8, 2, 2, 4, 2, 1, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r6_o2_c1_l1, TOUT, 8, 2, 2, 6, 2, 1, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_l1, TOUT, 4, 2, 4, 4, 2, 8, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r4_o1_c4_l1, TOUT, 8, 4, 2, 4, 1, 4, 1, 0, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r6_o2_c1_x1, TOUT, 4, 2, 2, 6, 2, 1, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r4_o2_c8_x1, TOUT, 4, 2, 4, 4, 2, 8, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o2_c8_x1, TOUT, 4, 2, 2, 4, 2, 8, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b2_r4_o4_c4_x1, TOUT, 4, 1, 2, 4, 4, 4, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c8_x1, TOUT, 8, 4, 2, 3, 1, 8, 0, 1, 0, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1_e1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1_e1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1_e1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1_e1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1_e1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1_e1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c8_x1_e1, TOUT, 8, 2, 2, 4, 2, 8, 0, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1_e1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1, 1, 0) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c1_x1_i1, TOUT, 4, 2, 4, 3, 2, 1, 0, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w2_b2_r4_o2_c1_x1_i1, TOUT, 8, 2, 2, 4, 2, 1, 0, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b4_r3_o2_c4_x1_i1, TOUT, 4, 2, 4, 3, 2, 4, 0, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w2_b2_r4_o3_c8_x1_i1, TOUT, 4, 2, 2, 4, 3, 8, 0, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m4_w1_b4_r3_o4_c8_x1_i1, TOUT, 4, 1, 4, 3, 4, 8, 0, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w4_b2_r3_o1_c4_x1_i1, TOUT, 8, 4, 2, 3, 1, 4, 0, 1, 0, 1) \
+    PTI_WG5(pti_wg_##TAG##_m8_w1_b2_r3_o3_c4_x1_i1, TOUT, 8, 1, 2, 3, 3, 4, 0, 1, 0, 1)
 PTI_WG5_ALL(bf16_f32, 0)
 PTI_WG5_ALL(bf16_out, 1)
 

@@ -35,7 +35,8 @@ RING = ["m8_w4_b4_r4_o1_c8", "m8_w4_b4_r3_o1_c8", "m8_w4_b2_r6_o1_c8", "m8_w4_b2
         "m4_w2_b4_r4_o2_c1_l1", "m8_w2_b2_r4_o2_c1_l1", "m8_w2_b2_r6_o2_c1_l1", "m4_w2_b4_r4_o2_c8_l1", "m8_w4_b2_r4_o1_c4_l1",
         "m4_w2_b4_r3_o2_c1_x1", "m4_w2_b2_r6_o2_c1_x1", "m8_w2_b2_r4_o2_c1_x1", "m4_w2_b4_r4_o2_c8_x1", "m8_w4_b2_r3_o1_c4_x1",
         "m4_w2_b2_r4_o2_c8_x1", "m4_w2_b4_r3_o2_c4_x1", "m4_w1_b2_r4_o4_c4_x1", "m4_w1_b4_r3_o4_c8_x1", "m8_w2_b2_r4_o2_c8_x1", "m4_w2_b2_r4_o3_c8_x1", "m8_w1_b2_r3_o3_c4_x1", "m8_w4_b2_r3_o1_c8_x1",
-        "m4_w2_b4_r3_o2_c1_x1_e1", "m8_w2_b2_r4_o2_c1_x1_e1", "m4_w2_b4_r3_o2_c4_x1_e1", "m4_w2_b2_r4_o3_c8_x1_e1", "m4_w1_b4_r3_o4_c8_x1_e1", "m8_w4_b2_r3_o1_c4_x1_e1", "m8_w2_b2_r4_o2_c8_x1_e1", "m8_w1_b2_r3_o3_c4_x1_e1"]
+        "m4_w2_b4_r3_o2_c1_x1_e1", "m8_w2_b2_r4_o2_c1_x1_e1", "m4_w2_b4_r3_o2_c4_x1_e1", "m4_w2_b2_r4_o3_c8_x1_e1", "m4_w1_b4_r3_o4_c8_x1_e1", "m8_w4_b2_r3_o1_c4_x1_e1", "m8_w2_b2_r4_o2_c8_x1_e1", "m8_w1_b2_r3_o3_c4_x1_e1",
+        "m4_w2_b4_r3_o2_c1_x1_i1", "m8_w2_b2_r4_o2_c1_x1_i1", "m4_w2_b4_r3_o2_c4_x1_i1", "m4_w2_b2_r4_o3_c8_x1_i1", "m4_w1_b4_r3_o4_c8_x1_i1", "m8_w4_b2_r3_o1_c4_x1_i1", "m8_w1_b2_r3_o3_c4_x1_i1"]
 VARIANTS += RING
 
 
@@ -104,6 +105,19 @@ def x_tiles(x, v: str, nb: int):
     return out
 
 
+def unit_layout(p, v: str):
+    """The i1 variants' weight layout: the backend's blocks with each unit's R row groups interleaved a
+    block, [unit][file block][R][512 bytes] (scales [unit][block][R][8 words]), so that a block of a unit
+    is one 4 KB copy (R = 8) in any order of blocks."""
+    from pti_cli.backends.repack import Packed
+    g, nb = p.q.shape[:2]
+    r = 4 * parts(v)["w"]
+
+    def perm(t):
+        return t.reshape(g // r, r, nb, -1).permute(0, 2, 1, 3).contiguous()
+    return Packed(perm(p.q.reshape(g, nb, 512)).reshape(p.q.shape), perm(p.s).reshape(p.s.shape), p.rows, p.cols, p.code)
+
+
 def ring_layout(p, v: str):
     """The ring form's weight layout (wgmma_probe.cu, pti_wg5_mm): each CTA's blocks contiguous, in its
     sequence of slices, [R row groups] within a block; the scales the same way."""
@@ -156,8 +170,10 @@ def main() -> None:
         c = parts(v).get("c", 8)
         if "r" in parts(v):   # the ring form reads its own layout (cached a pack)
             key = (id(p), parts(v)["w"], c)
+            if parts(v).get("i"):
+                key = key + ("i",)
             if key not in ring_packs:
-                ring_packs[key] = (p, ring_layout(p, v))
+                ring_packs[key] = (p, (unit_layout if parts(v).get("i") else ring_layout)(p, v))
             p = ring_packs[key][1]
         xp = x
         if parts(v).get("x"):
