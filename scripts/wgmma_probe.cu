@@ -136,10 +136,14 @@ __device__ __forceinline__ void pti_wg_cluster_out(unsigned pbase, int sl, int r
             float v = pv[ii][0];
 #pragma unroll
             for (int r = 1; r < 8; ++r) v = __fadd_rn(v, pv[ii][r]);
+            asm volatile("" ::"f"(v));   // every load used before the relaxed arrive below, stored or not
             pti_wg_store_elem<TOUT>(y, sl * NE + i0 + ii, lane, rg, M, N, ldy, v);
         }
     }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    // Keeps each rank's sums until every reader is done with them: a reader's loads have returned (its
+    // stores use them) before its arrive, so no release is needed, and a release would wait for the
+    // output stores (ncu's membar stalls, session 26).
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
 // MT tiles of 8 activation rows (NR = 8 MT, the wgmma's N), U blocks a step, WG warpgroups a CTA (64
