@@ -821,4 +821,242 @@ PTI_TC_ALL(f16_out, 1, 1)
 PTI_TC_ALL(bf16_glu, 0, 2)
 PTI_TC_ALL(f16_glu, 1, 2)   // an h16 model's gate/up (its outputs h16: PtiArgs.h16)
 
+// ---- Hopper (sm_90a): the wgmma matmul for 17-64 rows of tall matrices (docs/perf.md, sessions 22-26) ----
+// Past 16 rows the mma.sync kernels above are bound inside the SM: every warp loads every activation
+// fragment for its 16 weight rows.  wgmma (a warpgroup's MMA) reads its B operand, the activations, from
+// shared memory, once for the warpgroup's 64 weight rows.  Here a CTA of 2 warpgroups (a unit of 8 row
+// groups, 128 weight rows) takes all K: the 8 slices (block b mod 8) one after another, each slice's blocks
+// in block order with the policy's step acc = fma(scale, block_dot, acc) (block_dot two chained k16 MMAs,
+// the same k permutation as pti_block), and a running sum over the slices in slice order (v = p0;
+// v += p1; ...: pti_finish's order).  So every output has the policy kernels' bits (batch invariance).
+// The weights and scales (the ring layout, repack.py: ring_pack) and the activations (the tile layout
+// pti_wg_tiles writes) reach shared memory by bulk copies (cp.async.bulk, the copy engine) into an
+// S-slot ring, one mbarrier a slot; thread 0 refills a slot after the barrier that ends its phase.
+// Only compiled for sm_90a (the 'a' features: wgmma); the backend compiles this file for sm_90a on sm_90.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// A k16 block's shared-memory descriptor: start >> 4, K-direction core stride 128 B, N-direction 512 B,
+// no swizzle.  The tile: core matrices of 8 rows x 16 bytes, core (c, n8) at c * 128 + n8 * 512.
+__device__ __forceinline__ unsigned long long pti_wg_desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)(128 >> 4) << 16) |
+           ((unsigned long long)(512 >> 4) << 32);
+}
+#define PTI_WG_D8(d, o, c) c(d[o + 0]), c(d[o + 1]), c(d[o + 2]), c(d[o + 3]), c(d[o + 4]), c(d[o + 5]), \
+                           c(d[o + 6]), c(d[o + 7])
+#define PTI_WG_IN "+f"
+#define PTI_WG_OUT "=f"
+// D = A B (FIRST: D not read) or D += A B for one k16: A this warp's 16 rows from registers, B from
+// shared memory (desc); NR activation rows (the wgmma's N).
+template <int NR, bool FIRST>
+__device__ __forceinline__ void pti_wg_mma(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                           unsigned long long desc) {
+    if (NR == 32 && FIRST)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 0, 1, 1, 0;\n"
+                     : PTI_WG_D8(d, 0, PTI_WG_OUT), PTI_WG_D8(d, 8, PTI_WG_OUT)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+    if (NR == 32 && !FIRST)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n"
+                     : PTI_WG_D8(d, 0, PTI_WG_IN), PTI_WG_D8(d, 8, PTI_WG_IN)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+    if (NR == 64 && FIRST)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+                     "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 0, 1, 1, 0;\n"
+                     : PTI_WG_D8(d, 0, PTI_WG_OUT), PTI_WG_D8(d, 8, PTI_WG_OUT), PTI_WG_D8(d, 16, PTI_WG_OUT),
+                       PTI_WG_D8(d, 24, PTI_WG_OUT)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+    if (NR == 64 && !FIRST)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+                     "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"
+                     : PTI_WG_D8(d, 0, PTI_WG_IN), PTI_WG_D8(d, 8, PTI_WG_IN), PTI_WG_D8(d, 16, PTI_WG_IN),
+                       PTI_WG_D8(d, 24, PTI_WG_IN)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+
+// One block: the warp's 16 weight rows of it (w, this lane's 16 bytes) to bf16 A fragments, two chained
+// k16 wgmmas (the first overwrites D), wait, then the policy's step acc = fma(scale, D, acc) with the
+// scale word's low half for weight row g and its high half for row g + 8.
+template <int NR>
+__device__ __forceinline__ void pti_wg_block(float* acc, const uint4& w, unsigned long long desc, unsigned sc,
+                                             const PtiCvt& k) {
+    unsigned a[8];
+    pti_cvt4<0, false>(w.x, a[0], a[2], k);
+    pti_cvt4<0, false>(w.y, a[4], a[6], k);
+    pti_cvt4<0, false>(w.z, a[1], a[3], k);
+    pti_cvt4<0, false>(w.w, a[5], a[7], k);
+    float d[NR / 2];
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    pti_wg_mma<NR, true>(d, a[0], a[1], a[2], a[3], desc);
+    pti_wg_mma<NR, false>(d, a[4], a[5], a[6], a[7], desc + (256 >> 4));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < NR / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");   // after the wait
+    const float d_lo = pti_f16_to_f32((unsigned short)(sc & 0xffffu));
+    const float d_hi = pti_f16_to_f32((unsigned short)(sc >> 16));
+#pragma unroll
+    for (int i = 0; i < NR / 2; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
+}
+
+__device__ __forceinline__ void pti_wg_bar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// y = x W^T for M <= 8 MT rows of one twin (blockIdx.y: twin B's pointers, when given), PB blocks a phase,
+// S ring slots.  q, s: the ring layout (a unit's blocks contiguous in slice-major order: slice r's blocks
+// r, r + 8, ...; each block [8 row groups][512 bytes], its scales [8][8 words]); xt: the tiles, nb of
+// NR x 32 bf16 in the same slice-major order (pti_wg_tiles).  nb a multiple of 8 PB, rows of 128.
+// Shared memory: S mbarriers (128 bytes), S slots of (PB blocks' weights, their scales, their tiles), the
+// running sums [ND][256].
+struct PtiWgArgs {
+    const char* q[2];
+    const char* s[2];
+    const char* x[2];   // the tiles
+    void* y[2];
+    int M[2];
+    int N, nb, ldy;
+};
+template <int TOUT, int MT, int PB, int S>
+__device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
+    constexpr int NR = 8 * MT, ND = NR / 2, T = 256, R = 8;
+    constexpr int PHASE = PB * NR * 64, WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB), SLOT = WSTAGE + PHASE;
+    extern __shared__ __align__(128) unsigned char pti_smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, unit = blockIdx.x, twin = blockIdx.y;
+    // (selects, not a.q[twin]: an indexed parameter array is copied to local memory)
+    const int M = twin ? a.M[1] : a.M[0], nb = a.nb, nst = nb / PB, nphs = nst / 8;   // phases: all, a slice
+    const char* qc = (twin ? a.q[1] : a.q[0]) + (pti_u64)unit * nb * WB;
+    const char* scs = (twin ? a.s[1] : a.s[0]) + (pti_u64)unit * nb * SB;
+    const char* xc = twin ? a.x[1] : a.x[0];
+    void* y = twin ? a.y[1] : a.y[0];
+    const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem), full = sbase, wbase = sbase + 128;
+    float* run = (float*)(pti_smem + 128 + S * SLOT);
+    // phase i into slot st: what 1 = the weights and scales (and the barrier's byte count, the tiles'
+    // included), 2 = the tiles
+    auto fill = [&](int i, int st, int what) {
+        const unsigned slot = wbase + st * SLOT, bar = full + 8 * st;
+        if (what & 1) {
+            asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }"
+                         ::"r"(bar), "r"(SLOT) : "memory");
+            pti_wg_bulk(slot, qc + (pti_u64)i * PB * WB, PB * WB, bar);
+            pti_wg_bulk(slot + PB * WB, scs + (pti_u64)i * PB * SB, PB * SB, bar);
+        }
+        if (what & 2) pti_wg_bulk(slot + WSTAGE, xc + (pti_u64)i * PHASE, PHASE, bar);
+    };
+    if (tid == 0) {
+        for (int i = 0; i < S; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full + 8 * i) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int i = 0; i < min(S, nst); ++i) fill(i, i, 1);   // the weights need not wait for the previous kernel
+    }
+    __syncthreads();
+    pti_pdl_trigger();
+    const PtiCvt k = pti_cvt_masks<0>(0u);
+    pti_pdl_wait();
+    if (tid == 0)   // the tiles must (their bytes are already in the barriers' counts)
+        for (int i = 0; i < min(S, nst); ++i) fill(i, i, 2);
+
+    float acc[ND];
+#pragma unroll
+    for (int i = 0; i < ND; ++i) acc[i] = 0.f;
+    const unsigned long long desc0 = pti_wg_desc(wbase + WSTAGE);   // slot 0's first tile; the rest by offsets
+    int st = 0, left = nphs, slice = 0;   // ph % S, phases left in the slice, the slice
+    unsigned parity = 0;                  // (ph / S) & 1
+    for (int ph = 0; ph < nst; ++ph) {
+        const unsigned wq = wbase + st * SLOT + warp * 512 + lane * 16;
+        const unsigned ws = wbase + st * SLOT + PB * WB + warp * 32 + (lane >> 2) * 4;
+        uint4 wn;
+        unsigned sn;
+        pti_wg_bar_wait(full + 8 * st, parity);
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(wn.x), "=r"(wn.y), "=r"(wn.z), "=r"(wn.w) : "r"(wq) : "memory");
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws) : "memory");
+#pragma unroll
+        for (int u = 0; u < PB; ++u) {
+            const uint4 w = wn;
+            const unsigned sc = sn;
+            if (u + 1 < PB) {
+                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(wn.x), "=r"(wn.y), "=r"(wn.z), "=r"(wn.w)
+                             : "r"(wq + (u + 1) * WB) : "memory");
+                asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws + (u + 1) * SB) : "memory");
+            }
+            pti_wg_block<NR>(acc, w, desc0 + ((st * SLOT + u * NR * 64) >> 4), sc, k);   // no carry: < 256 KB
+        }
+        if (--left == 0) {   // a slice done: v = p0, then v += p_slice, each thread its own elements
+            left = nphs;
+#pragma unroll
+            for (int i = 0; i < ND; ++i) {
+                run[i * T + tid] = slice == 0 ? acc[i] : __fadd_rn(run[i * T + tid], acc[i]);
+                acc[i] = 0.f;
+            }
+            ++slice;
+        }
+        __syncthreads();   // every warp is past slot st's words and tiles
+        if (tid == 0 && ph + S < nst) fill(ph + S, st, 3);
+        if (++st == S) {
+            st = 0;
+            parity ^= 1u;
+        }
+    }
+    // D layout (per warp as mma.sync's C): element i is weight row 16 warp + g + 8 ((i >> 1) & 1) of the
+    // unit, activation row 8 (i >> 2) + 2 t + (i & 1)
+    const int g = lane >> 2, t = lane & 3, rg = unit * R + warp;
+#pragma unroll
+    for (int i = 0; i < ND; ++i) {
+        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
+        if (m < M && n < a.N) pti_store<0, TOUT>(y, (pti_u64)m * a.ldy + n, run[i * T + tid]);
+    }
+}
+
+// The activations of one or two twins (blockIdx.y) in the tile layout pti_wg_mm reads: nb tiles of
+// NR x 32 bf16, file block b at sequence position (b % 8) nb / 8 + b / 8 (slice-major); within a tile,
+// row r, column c = 16 h + 8 j + 2 w + e at element (r >> 3) 256 + w 64 + (r & 7) 8 + 4 h + 2 j + e (the
+// k permutation the repack gives the A fragments).  Rows past M repeat row M - 1.  One thread a 16-byte
+// piece (row r, word w of a tile).
+extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned short* xa, const unsigned short* xb,
+                                                               unsigned short* ta, unsigned short* tb, int ma,
+                                                               int mb, int nb, int ldx, int nr) {
+    pti_pdl_trigger();   // the matmul after may start its weight copies
+    pti_pdl_wait();
+    const int twin = blockIdx.y, M = twin ? mb : ma;
+    const unsigned short* x = twin ? xb : xa;
+    unsigned short* out = twin ? tb : ta;
+    const int p = blockIdx.x * 256 + threadIdx.x, pieces = nb * nr * 4;
+    if (p >= pieces) return;
+    const int j = p / (nr * 4), r = (p >> 2) % nr, w = p & 3;   // tile j of the sequence, row, word
+    const int nblk = nb / 8, b = (j % nblk) * 8 + j / nblk;
+    const unsigned* src = (const unsigned*)(x + (pti_u64)min(r, M - 1) * ldx + 32 * b) + w;   // columns 2w, 2w + 1
+    uint4 v;
+    v.x = src[0];    // h 0, j 0
+    v.y = src[4];    // h 0, j 1: columns 8 + 2w
+    v.z = src[8];    // h 1, j 0: 16 + 2w
+    v.w = src[12];   // h 1, j 1: 24 + 2w
+    *(uint4*)(out + (pti_u64)j * nr * 32 + (r >> 3) * 256 + w * 64 + (r & 7) * 8) = v;
+}
+
+// pti_wg_{bf16_f32,bf16_out}_m{MT}: MT tiles of 8 rows (17-32 rows: m4, 33-64: m8), PB and S as measured
+// best on 28672x4096 (docs/perf.md, session 26: m4_w2_b4_r3_o2_c1_x1, m8_w2_b2_r4_o2_c1_x1); two CTAs a SM.
+#define PTI_WG(NAME, TOUT, MT, PB, S)                                                                  \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                         \
+        const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb, \
+        void* ya, void* yb, int Ma, int Mb, int N, int nb, int ldy) {                                   \
+        const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb}, N, nb, ldy};             \
+        pti_wg_mm<TOUT, MT, PB, S>(a);                                                                 \
+    }
+PTI_WG(pti_wg_bf16_f32_m4, 0, 4, 4, 3)
+PTI_WG(pti_wg_bf16_out_m4, 1, 4, 4, 3)
+PTI_WG(pti_wg_bf16_f32_m8, 0, 8, 2, 4)
+PTI_WG(pti_wg_bf16_out_m8, 1, 8, 2, 4)
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
 #endif  // PTI_CUDA

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """CI check of kernels/pti_kernel.hip with no GPU: compile it through NVRTC for
-sm_80 and sm_90, print ptxas' resource report per kernel, and fail on a compile
+sm_80, sm_90 and sm_90a (the target the backend uses on sm_90: its Hopper kernels), print ptxas' resource report per kernel, and fail on a compile
 error or on any local-memory use (stack frame or spills).  Where `hipcc` (ROCm
 or Debian's) is installed, also compile the HIP path for gfx90a and gfx1030
 (an offline compile only: nothing has run on AMD hardware)."""
@@ -19,16 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pti_cli.backends.compile import compile_nvrtc, kernel_source, nvrtc_version  # noqa: E402
 from pti_cli.errors import PtiError  # noqa: E402
 
-ARCHS = ("sm_80", "sm_90")
-
-
-SOURCES = ("pti_kernel.hip", "pti_ops.hip")
+ARCHS = {"pti_kernel.hip": ("sm_80", "sm_90", "sm_90a"), "pti_ops.hip": ("sm_80", "sm_90")}
 
 
 def main() -> int:
     failed = False
     print(f"check_kernels: {nvrtc_version()}")
-    for name, arch in [(n, a) for n in SOURCES for a in ARCHS]:
+    for name, arch in [(n, a) for n, archs in ARCHS.items() for a in archs]:
         print(f"{name}:")
         try:
             out = compile_nvrtc(kernel_source(name), arch)
@@ -45,6 +42,9 @@ def main() -> int:
             failed |= bool(bad)
         if not out.resources:
             print(f"FAIL {arch}: no resource report in the compiler log")
+            failed = True
+        if arch == "sm_90a" and not {"pti_wg_tiles", "pti_wg_bf16_out_m4", "pti_wg_bf16_out_m8"} <= set(out.resources):
+            print(f"FAIL {arch}: the Hopper kernels (pti_wg_*) are missing")
             failed = True
     failed |= not check_hipcc()
     print("check_kernels: FAIL" if failed else "check_kernels: OK")

@@ -15,10 +15,10 @@ kcache_save() {
     local names
     names=$(python3 -c "
 import torch
-from pti_cli.backends.compile import cache_path
+from pti_cli.backends.compile import cache_path, device_arch
 major, minor = torch.cuda.get_device_capability()
-for n in ('pti_kernel.hip', 'pti_ops.hip'):
-    p = cache_path('cuda', f'sm_{major}{minor}', n)
+for n, arch in (('pti_kernel.hip', device_arch(major, minor)), ('pti_ops.hip', f'sm_{major}{minor}')):
+    p = cache_path('cuda', arch, n)
     if p.is_file():
         print('pti-cache/kernels/' + p.name)") || return 1
     [ -n "$names" ] && tar -cf "${OUT:-/tmp/out}/kcache.tar" -C "$PWD/.carry" $names

@@ -82,6 +82,38 @@ def test_repack_layout_is_the_documented_one(n, k, code):
     assert torch.equal(q2, q) and torch.equal(d2.view(torch.int16), d.view(torch.int16))
 
 
+@pytest.mark.parametrize("n,k", [(128, 256), (1900, 1024), (1000, 2048)])
+def test_ring_pack_layout_is_the_documented_one(n, k):
+    """ring_pack (the Hopper kernels' copy): unit u, position j = s nb/8 + t, row group r of the unit
+    holds the policy layout's block (8 u + r, s + 8 t), weights and scales, byte for byte."""
+    from pti_cli.backends.repack import ring_pack
+    rng = np.random.default_rng(n + k)
+    nb = k // 32
+    p = repack_q8(*_rand_q8(rng, n, nb), k)
+    ring = ring_pack(p)
+    G = p.q.shape[0]
+    assert G % 8 == 0 and ring.q.shape == p.q.shape and ring.s.shape == p.s.shape
+    assert (ring.rows, ring.cols, ring.code, ring.ring) == (p.rows, p.cols, p.code, None)
+    q = ring.q.reshape(G // 8, nb, 8, 512).numpy()
+    s = ring.s.reshape(G // 8, nb, 8, 8).numpy()
+    for u in range(G // 8):
+        for j in range(nb):
+            block = j % (nb // 8) * 8 + j // (nb // 8)   # slice j // (nb / 8), its (j mod nb / 8)-th block
+            for r in range(8):
+                assert np.array_equal(q[u, j, r], p.q[8 * u + r, block].reshape(512).numpy())
+                assert np.array_equal(s[u, j, r], p.s[8 * u + r, block].numpy())
+
+
+def test_ring_pack_refuses_shapes_it_cannot_lay_out():
+    from pti_cli.backends.repack import ring_pack
+    from pti_cli.errors import PtiError
+    rng = np.random.default_rng(7)
+    for n, k in ((96, 256), (128, 200)):   # 6 row groups; 7 blocks
+        p = repack_q8(*_rand_q8(rng, n, -(-k // 32)), k)
+        with pytest.raises(PtiError, match="ring layout"):
+            ring_pack(p)
+
+
 def test_split_ssq16_reads_the_block_as_specified():
     """One hand-built 68-byte block: scales A, B, then (B, A) byte pairs."""
     qa = np.arange(-16, 16, dtype=np.int8)

@@ -25,7 +25,7 @@ import torch
 
 from ..errors import PtiError
 from .base import Backend
-from .repack import Packed, interleave_glu_rows, repack_q8, repack_ssq16
+from .repack import RING_GROUPS, Packed, interleave_glu_rows, repack_q8, repack_ssq16, ring_pack
 
 MAX_ROWS = 64          # rows per launch (8 tiles of 8)
 THREADS = 256
@@ -57,6 +57,20 @@ TWIN_KERNEL_MAX_ROWS = 8
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
 INV_VARIANTS = tuple(dict.fromkeys(v for lim, names in TC_VARIANTS[1] if lim > 8 for v in names.values()))
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a): 17-64 rows of tall matrices (width
+# class "x"), bf16 activations, from a second copy of the matrix in the ring layout (repack.ring_pack,
+# Packed.ring), with the policy kernels' bits.  By rows: (max rows, tiles of 8 rows, blocks a phase,
+# ring slots), as pti_kernel.hip's PTI_WG lines; at 16 rows the policy is as fast (docs/perf.md, session 26).
+WG_VARIANTS = ((32, 4, 4, 3), (64, 8, 2, 4))
+WG_MIN_ROWS = 17
+
+
+def wg_smem(mt: int, pb: int, slots: int) -> int:
+    """pti_wg_mm's dynamic shared memory: the slots' barriers, the slots (a phase's weights, scales and
+    activation tiles), the running sums."""
+    nr = 8 * mt
+    return 128 + slots * pb * (RING_GROUPS * 544 + nr * 64) + (nr // 2) * 256 * 4
 
 
 @dataclass
@@ -197,6 +211,9 @@ class KernelBackend(Backend):
         self.act_dtype = act_dtype
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
+        self.wgmma = False   # the Hopper kernels are loaded (CUDA backend on sm_90)
+        self._tiles: dict[int, torch.Tensor] = {}   # their activation tiles by blocks a row (launch_wg): kept
+                                                     # for good, since captured graphs hold their address
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -210,9 +227,9 @@ class KernelBackend(Backend):
         if ssq.identical or ssq.mode != 16:
             q, d = ssq.q8(name, 0)
             pack = repack_q8(self._dev(q, torch.int8), self._dev(d, torch.float16), cols, self.code())
-            return KernelMatrix([pack], {0: 0, 1: 0}, rows, cols, True)
+            return KernelMatrix([self.with_ring(pack)], {0: 0, 1: 0}, rows, cols, True)
         raw = self._dev(ssq.raw(name), torch.uint8)
-        packs = repack_ssq16(raw, cols, twins, self.code())
+        packs = [self.with_ring(p) for p in repack_ssq16(raw, cols, twins, self.code())]
         return KernelMatrix(packs, {t: i for i, t in enumerate(ids)}, rows, cols, False)
 
     def glu_ok(self, rows: int) -> bool:
@@ -245,9 +262,33 @@ class KernelBackend(Backend):
             q = q.to(self.device)
             if q.shape[1] % 32:
                 q = torch.nn.functional.pad(q, (0, 32 - q.shape[1] % 32))
-            packs.append(repack_q8(q.contiguous(), d.to(self.device, torch.float16).contiguous(), cols, self.code(h16)))
+            pack = repack_q8(q.contiguous(), d.to(self.device, torch.float16).contiguous(), cols, self.code(h16))
+            packs.append(pack if glu else self.with_ring(pack))
         plane = {0: 0, 1: 0} if len(packs) == 1 else {0: 0, 1: 1}
         return KernelMatrix(packs, plane, rows, cols, len(packs) == 1, glu=glu)
+
+    def wg_eligible(self, p: Packed) -> bool:
+        """Whether the Hopper kernels can take p: bf16 weights, a tall matrix (width class "x"), whole
+        units of row groups and K in whole phases of every slice."""
+        g, nb = p.q.shape[:2]
+        return (self.wgmma and p.code == "bf16" and width_class(p.rows / 16 / self.sm_count) == "x"
+                and g % RING_GROUPS == 0 and nb % 32 == 0)
+
+    def with_ring(self, p: Packed, force: bool = False) -> Packed:
+        """p, with its ring-layout copy for the Hopper kernels when they can take it and PTI_WGMMA=1 (or
+        force: the benchmark).  The copy doubles the matrix's memory."""
+        if p.ring is None and self.wg_eligible(p) and (force or os.environ.get("PTI_WGMMA", "0") == "1"):
+            p.ring = ring_pack(p)
+        return p
+
+    def wg_kernel(self, m: int, out: torch.dtype) -> str:
+        """The Hopper kernel for m rows (WG_VARIANTS) writing `out` (float32, or the activations' bf16)."""
+        mt = next(v[1] for v in WG_VARIANTS if m <= v[0])
+        return f"pti_wg_bf16_{'f32' if out == torch.float32 else 'out'}_m{mt}"
+
+    def wg_ready(self, packs: list[Packed], m: int) -> bool:
+        """Whether m rows through these packs go to the Hopper kernels."""
+        return WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
 
     def _dev(self, a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a).view(np.dtype(str(dtype).split(".")[1])).copy())
@@ -267,8 +308,9 @@ class KernelBackend(Backend):
                      outs: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Twin A's rows xa and twin B's rows xb in one read of both twins' weights."""
         oa, ob = outs or (None, None)
+        m = max(xa.shape[0], xb.shape[0])
         if xb.shape[0] == 0 or xa.shape[0] == 0 or len(w.packs) == 1 or \
-                max(xa.shape[0], xb.shape[0]) > TWIN_KERNEL_MAX_ROWS:
+                (m > TWIN_KERNEL_MAX_ROWS and (w.glu or not self.wg_ready(w.packs, m))):
             # one twin's rows only, or one model: per-twin calls read only what they need
             # (for one model, concatenating the rows would save a read but break `outs`)
             if len(w.packs) == 1 and xa.shape[0] and xb.shape[0] and outs is None:
@@ -311,6 +353,9 @@ class KernelBackend(Backend):
         for m0 in range(0, total, MAX_ROWS):   # same per-row math in every chunk
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
+            if not glu and epi is None and self.wg_ready(packs, max(x.shape[0] for x in xc)):
+                self.launch_wg(packs, xc, yc)
+                continue
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
                                                           ys[0].dtype, rows=packs[0].rows, glu=glu,
                                                           inv_form=epi is not None and epi.inv_form()),
@@ -372,6 +417,11 @@ class KernelBackend(Backend):
     # -- per platform ----------------------------------------------------------
     def _load_module(self) -> None:
         raise NotImplementedError
+
+    def launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]) -> str:
+        """17-64 rows of one twin or both through the Hopper kernels: the rows into the tile layout
+        (pti_wg_tiles), then pti_wg_mm on the packs' ring copies; returns the matmul kernel's name."""
+        raise PtiError(f"the {self.kind} backend has no Hopper kernels")
 
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         raise NotImplementedError
@@ -474,11 +524,11 @@ class CudaBackend(KernelBackend):
         except ImportError:
             raise PtiError("the cuda backend needs cuda-python: pip install 'cuda-bindings>=13.0' "
                            "'nvidia-cuda-nvrtc>=13.0'") from None
-        from .compile import cached_binary
+        from .compile import cached_binary, device_arch
 
         self._drv = driver
         major, minor = torch.cuda.get_device_capability(self.device)
-        self.arch = f"sm_{major}{minor}"
+        self.arch = device_arch(major, minor)
         if major < 8 and not self.generic:
             self.generic = True      # no bf16 MMA before sm_80: the portable kernel
         torch.cuda.init()
@@ -505,8 +555,53 @@ class CudaBackend(KernelBackend):
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
+            if self.arch == "sm_90a" and not self.generic and self.act_dtype == torch.bfloat16:
+                self._load_wg(driver)
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
         self.pdl = major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
+
+    def _load_wg(self, driver) -> None:
+        """The Hopper kernels (WG_VARIANTS), kept apart from self.funcs: they want most of the SM's
+        shared memory (two CTAs of about 100 KB), not the matmuls' pinned carveout."""
+        self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
+        for _, mt, pb, slots in WG_VARIANTS:
+            for out in ("f32", "out"):
+                n = f"pti_wg_bf16_{out}_m{mt}"
+                f = self.wg_funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
+                self.smem[n] = wg_smem(mt, pb, slots)
+                _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                              self.smem[n]), f"shared memory of {n}")
+                set_carveout(driver, f, 100, n)
+                if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, self.smem[n]), f"occupancy {n}") < 2:
+                    return   # (a card with less shared memory: the policy kernels serve every M)
+        self.wgmma = True
+
+    def launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]) -> str:
+        live = [i for i, x in enumerate(xs) if x.shape[0]]   # a twin may have no rows
+        packs, xs, ys = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live]
+        name = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype)
+        nr, rp = 8 * int(name.rsplit("_m", 1)[1]), [p.ring for p in packs]
+        g, nb = rp[0].q.shape[:2]
+        if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 8 or x.data_ptr() % 16 for x in xs):
+            xs = [x.contiguous() for x in xs]   # pti_wg_tiles: one row stride, 4-byte words
+        per = nb * nr * 32   # a twin's tiles, bf16
+        if nb not in self._tiles:   # room for two twins of MAX_ROWS
+            self._tiles[nb] = torch.empty(2 * nb * MAX_ROWS * 32, dtype=torch.bfloat16, device=self.device)
+        tiles = [self._tiles[nb][i * per:(i + 1) * per] for i in range(len(xs))]
+        two = (lambda t: (t[0], t[-1]))   # twin B's argument: its own, or twin A's (grid.y = 1)
+        stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
+        xa, xb = two([x.data_ptr() for x in xs])
+        ta, tb = two([t.data_ptr() for t in tiles])
+        ma, mb = two([x.shape[0] for x in xs])
+        launch_kernel(self._drv, self.wg_funcs["pti_wg_tiles"], (-(-per // 8 // THREADS), len(xs)), (THREADS,), 0,
+                      stream, ((xa, xb, ta, tb, ma, mb, nb, xs[0].stride(0), nr),
+                               (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 5), self.pdl, "launch pti_wg_tiles")
+        (qa, qb), (sa, sb), (ya, yb) = two([p.q.data_ptr() for p in rp]), two([p.s.data_ptr() for p in rp]), \
+            two([y.data_ptr() for y in ys])
+        launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS, len(xs)), (THREADS,), self.smem[name], stream,
+                      ((qa, sa, qb, sb, ta, tb, ya, yb, ma, mb, rp[0].rows, nb, ys[0].stride(0)),
+                       (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 5), self.pdl, f"launch {name}")
+        return name
 
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)

@@ -45,6 +45,7 @@ class Packed:
     rows: int         # N, logical
     cols: int         # K, logical
     code: str = "bf16"   # CODES: bf16 (sign-magnitude), f16 (offset binary), h16 (offset binary, scales x 2^H16_SHIFT)
+    ring: "Packed | None" = None   # the same matrix in ring_pack's layout, for the Hopper kernels (or none)
 
     @property
     def nbytes(self) -> int:
@@ -112,6 +113,31 @@ def unpack_q8(p: Packed) -> tuple[torch.Tensor, torch.Tensor]:
     if p.code == "h16":
         d = d / (1 << H16_SHIFT)
     return qs[: p.rows].contiguous(), d.reshape(g * 16, nb)[: p.rows].contiguous()
+
+
+RING_GROUPS = 8   # row groups of 16 in a unit of the Hopper kernels (pti_wg_mm: two warpgroups of 64 rows)
+
+
+def ring_order(nb: int) -> torch.Tensor:
+    """Slice-major block order: position s nb / 8 + t holds file block s + 8 t (slice s = blocks s mod 8:
+    the policy kernels' per-slice sums, taken one slice after another)."""
+    return torch.arange(nb).reshape(nb // 8, 8).T.reshape(-1)
+
+
+def ring_pack(p: Packed) -> Packed:
+    """p in the layout of the Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm): per unit of RING_GROUPS
+    row groups, its blocks in ring_order, each block [RING_GROUPS row groups][512 bytes as in p] and its
+    scales [RING_GROUPS][8 words], so that one bulk copy brings a phase's consecutive blocks of a unit
+    (docs/ssq-format.md).  A second copy of the matrix: the other kernels read p."""
+    g, nb = p.q.shape[:2]
+    if g % RING_GROUPS or nb % 8:
+        raise PtiError(f"repack: the ring layout needs row groups in units of {RING_GROUPS} and blocks in "
+                       f"eights, not {g} x {nb}")
+    order = ring_order(nb).to(p.q.device)
+
+    def perm(t):   # [unit, row group, block, ...] -> [unit, position, row group, ...]
+        return t.reshape(g // RING_GROUPS, RING_GROUPS, nb, -1)[:, :, order].permute(0, 2, 1, 3).contiguous()
+    return Packed(perm(p.q).reshape(p.q.shape), perm(p.s).reshape(p.s.shape), p.rows, p.cols, p.code)
 
 
 def interleave_glu_rows(t: torch.Tensor) -> torch.Tensor:
