@@ -14,10 +14,11 @@ mkdir -p "$PTI_CACHE_DIR/kernels"
 kcache_save() {
     local names
     names=$(python3 -c "
-import torch
+import os, torch
 from pti_cli.backends.compile import cache_path, device_arch
 major, minor = torch.cuda.get_device_capability()
-for n, arch in (('pti_kernel.hip', device_arch(major, minor)), ('pti_ops.hip', f'sm_{major}{minor}')):
+hopper = os.environ.get('PTI_WGMMA', '0') == '1'
+for n, arch in (('pti_kernel.hip', device_arch(major, minor, hopper)), ('pti_ops.hip', f'sm_{major}{minor}')):
     p = cache_path('cuda', arch, n)
     if p.is_file():
         print('pti-cache/kernels/' + p.name)") || return 1

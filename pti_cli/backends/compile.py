@@ -44,10 +44,10 @@ class Compiled:
     resources: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
-def device_arch(major: int, minor: int) -> str:
-    """The NVRTC target for a device of compute capability major.minor: sm_90a on sm_90 (its 'a'
-    features, wgmma, for kernels/pti_kernel.hip's Hopper matmul), else sm_XX."""
-    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+def device_arch(major: int, minor: int, hopper: bool = False) -> str:
+    """The NVRTC target for a device of compute capability major.minor: with hopper, sm_90a on sm_90 (its
+    'a' features, wgmma, for kernels/pti_kernel.hip's Hopper matmul; PTI_WGMMA=1), else sm_XX."""
+    return "sm_90a" if hopper and (major, minor) == (9, 0) else f"sm_{major}{minor}"
 
 
 def kernel_source(name: str = "pti_kernel.hip") -> str:

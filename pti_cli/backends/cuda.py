@@ -58,9 +58,10 @@ TWIN_KERNEL_MAX_ROWS = 8
 INV_VARIANTS = tuple(dict.fromkeys(v for lim, names in TC_VARIANTS[1] if lim > 8 for v in names.values()))
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
-# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a): 17-64 rows of tall matrices (width
-# class "x"), bf16 activations, from a second copy of the matrix in the ring layout (repack.ring_pack,
-# Packed.ring), with the policy kernels' bits.  By rows: (max rows, tiles of 8 rows, blocks a phase,
+# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, with PTI_WGMMA=1): 17-64 rows of tall
+# matrices (width class "x"), bf16 activations, from a second copy of the matrix in the ring layout
+# (repack.ring_pack, Packed.ring), with the policy kernels' bits.  Opt-in: the copy doubles those matrices'
+# memory, and this path has passed its bit checks only as scripts/wgmma_probe.py (docs/perf.md, session 26).  By rows: (max rows, tiles of 8 rows, blocks a phase,
 # ring slots), as pti_kernel.hip's PTI_WG lines; at 16 rows the policy is as fast (docs/perf.md, session 26).
 WG_VARIANTS = ((32, 4, 4, 3), (64, 8, 2, 4))
 WG_MIN_ROWS = 17
@@ -211,7 +212,7 @@ class KernelBackend(Backend):
         self.act_dtype = act_dtype
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
-        self.wgmma = False   # the Hopper kernels are loaded (CUDA backend on sm_90)
+        self.wgmma = False   # the Hopper kernels are loaded (CUDA backend on sm_90 with PTI_WGMMA=1)
         self._tiles: dict[int, torch.Tensor] = {}   # their activation tiles by blocks a row (launch_wg): kept
                                                      # for good, since captured graphs hold their address
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
@@ -274,10 +275,10 @@ class KernelBackend(Backend):
         return (self.wgmma and p.code == "bf16" and width_class(p.rows / 16 / self.sm_count) == "x"
                 and g % RING_GROUPS == 0 and nb % 32 == 0)
 
-    def with_ring(self, p: Packed, force: bool = False) -> Packed:
-        """p, with its ring-layout copy for the Hopper kernels when they can take it and PTI_WGMMA=1 (or
-        force: the benchmark).  The copy doubles the matrix's memory."""
-        if p.ring is None and self.wg_eligible(p) and (force or os.environ.get("PTI_WGMMA", "0") == "1"):
+    def with_ring(self, p: Packed) -> Packed:
+        """p, with its ring-layout copy for the Hopper kernels when they are loaded (PTI_WGMMA=1) and can
+        take it.  The copy doubles the matrix's memory."""
+        if p.ring is None and self.wg_eligible(p):
             p.ring = ring_pack(p)
         return p
 
@@ -528,7 +529,7 @@ class CudaBackend(KernelBackend):
 
         self._drv = driver
         major, minor = torch.cuda.get_device_capability(self.device)
-        self.arch = device_arch(major, minor)
+        self.arch = device_arch(major, minor, hopper=os.environ.get("PTI_WGMMA", "0") == "1")
         if major < 8 and not self.generic:
             self.generic = True      # no bf16 MMA before sm_80: the portable kernel
         torch.cuda.init()

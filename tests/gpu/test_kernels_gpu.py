@@ -309,8 +309,24 @@ def test_every_matmul_kernel_has_the_pinned_carveout(backend):
         assert int(err) == 0 and value == MM_CARVEOUT, (name, err, value)
 
 
-# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a): 17-64 rows of a tall matrix (width
-# class "x") from its ring-layout copy.  They must give the policy kernels' bits.
+# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, PTI_WGMMA=1): 17-64 rows of a tall matrix
+# (width class "x") from its ring-layout copy.  They must give the policy kernels' bits.
+
+@pytest.fixture(scope="module")
+def wg_backend():
+    """A backend with the Hopper kernels (built for sm_90a), beside the session's plain one."""
+    import os
+    from pti_cli.backends.cuda import CudaBackend
+    old = os.environ.get("PTI_WGMMA")
+    os.environ["PTI_WGMMA"] = "1"
+    try:
+        return CudaBackend()
+    finally:
+        if old is None:
+            del os.environ["PTI_WGMMA"]
+        else:
+            os.environ["PTI_WGMMA"] = old
+
 
 def hopper(backend) -> bool:
     """Whether this card runs the Hopper kernels, which the backend must load on sm_90."""
@@ -326,40 +342,40 @@ def tall(backend) -> int:
 
 def rings(backend, w):
     for p in w.packs:
-        backend.with_ring(p, force=True)
-        assert p.ring is not None
+        assert backend.with_ring(p).ring is not None
     return w
 
 
 @pytest.fixture
-def wg_calls(backend, monkeypatch):
+def wg_calls(wg_backend, monkeypatch):
     """The Hopper launches made during a test (so that a test fails if the policy served instead)."""
-    monkeypatch.delenv("PTI_WGMMA", raising=False)
     calls = []
-    real = backend.launch_wg
-    monkeypatch.setattr(backend, "launch_wg", lambda *a: calls.append(real(*a)) or calls[-1])
+    real = wg_backend.launch_wg
+    monkeypatch.setattr(wg_backend, "launch_wg", lambda *a: calls.append(real(*a)) or calls[-1])
     return calls
 
 
 @pytest.mark.parametrize("twins", [1, 2])
 @pytest.mark.parametrize("k", [1024, 2048])
-def test_hopper_kernels_give_the_policy_bits(backend, wg_calls, twins, k):
-    if not hopper(backend):
+def test_hopper_kernels_give_the_policy_bits(backend, wg_backend, wg_calls, twins, k):
+    """Each output against the session's backend (sm_90, the policy kernels only), bit for bit."""
+    if not hopper(wg_backend):
         return
-    n = tall(backend)
+    assert not backend.wgmma
+    n = tall(wg_backend)
     mats = [rand_q8(n, k) for _ in range(twins)]
-    plain, ring = load(backend, mats, k), rings(backend, load(backend, mats, k))
+    plain, ring = load(backend, mats, k), rings(wg_backend, load(wg_backend, mats, k))
     assert all(p.ring is None for p in plain.packs)
     for m in (17, 23, 32, 33, 50, 64):
         for out_dtype in (torch.float32, torch.bfloat16):
             xs = [rand_x(m - 5 * t, k, torch.bfloat16) for t in range(twins)]   # twin B with fewer rows
             got, want = [], []
-            for w, sink in ((ring, got), (plain, want)):
+            for be, w, sink in ((wg_backend, ring, got), (backend, plain, want)):
                 ys = [poisoned(x.shape[0], n, out_dtype) for x in xs]
                 if twins == 1:
-                    backend.matmul(xs[0], w, 0, out=ys[0])
+                    be.matmul(xs[0], w, 0, out=ys[0])
                 else:
-                    backend.matmul_twins(xs[0], xs[1], w, outs=tuple(ys))
+                    be.matmul_twins(xs[0], xs[1], w, outs=tuple(ys))
                 sink.extend(ys)
             for y, z, x, (q, d) in zip(got, want, xs, mats):
                 assert torch.equal(y.view(torch.int16 if out_dtype == torch.bfloat16 else torch.int32),
@@ -367,47 +383,47 @@ def test_hopper_kernels_give_the_policy_bits(backend, wg_calls, twins, k):
                 if out_dtype == torch.float32:
                     check_close(y, x, q, d, k)
     # one launch a call, both twins in it
-    assert wg_calls == [backend.wg_kernel(m, o) for m in (17, 23, 32, 33, 50, 64) for o in (torch.float32, torch.bfloat16)]
+    assert wg_calls == [wg_backend.wg_kernel(m, o) for m in (17, 23, 32, 33, 50, 64) for o in (torch.float32, torch.bfloat16)]
 
 
-def test_hopper_kernels_integer_cases_exact(backend, wg_calls):
-    if not hopper(backend):
+def test_hopper_kernels_integer_cases_exact(wg_backend, wg_calls):
+    if not hopper(wg_backend):
         return
-    n, k, m = tall(backend), 1024, 40
+    n, k, m = tall(wg_backend), 1024, 40
     mats = [rand_q8(n, k, small=True), rand_q8(n, k, small=True)]
-    w = rings(backend, load(backend, mats, k))
+    w = rings(wg_backend, load(wg_backend, mats, k))
     xa, xb = rand_x(m, k, torch.bfloat16, small=True), rand_x(m - 19, k, torch.bfloat16, small=True)
-    ya, yb = backend.matmul_twins(xa, xb, w, outs=(poisoned(m, n, torch.float32), poisoned(m - 19, n, torch.float32)))
+    ya, yb = wg_backend.matmul_twins(xa, xb, w, outs=(poisoned(m, n, torch.float32), poisoned(m - 19, n, torch.float32)))
     for y, x, (q, d) in [(ya, xa, mats[0]), (yb, xb, mats[1])]:
         assert torch.equal(y.double().cpu(), x.double().cpu() @ dense64(q, d, k).T)
     assert len(wg_calls) == 1
 
 
-def test_hopper_kernels_batch_invariance_and_graph(backend, wg_calls):
+def test_hopper_kernels_batch_invariance_and_graph(wg_backend, wg_calls):
     """A row's bits alone (one row: the policy kernels) equal its bits at any place among 17-64 rows (the
     Hopper kernels), eagerly and in a replayed CUDA graph."""
-    if not hopper(backend):
+    if not hopper(wg_backend):
         return
-    n, k = tall(backend), 2048
+    n, k = tall(wg_backend), 2048
     q, d = rand_q8(n, k)
-    w = rings(backend, backend.weight_from_q8([(q.cuda(), d.cuda())], k))
+    w = rings(wg_backend, wg_backend.weight_from_q8([(q.cuda(), d.cuda())], k))
     row = rand_x(1, k, torch.bfloat16)
-    alone = backend.matmul(row, w, 0, out=poisoned(1, n, torch.float32))
+    alone = wg_backend.matmul(row, w, 0, out=poisoned(1, n, torch.float32))
     for m in (17, 31, 32, 48, 64):
         for p in sorted({0, m // 2, m - 1}):
             x = rand_x(m, k, torch.bfloat16)
             x[p] = row[0]
-            y = backend.matmul(x, w, 0, out=poisoned(m, n, torch.float32))
+            y = wg_backend.matmul(x, w, 0, out=poisoned(m, n, torch.float32))
             assert torch.equal(y[p].view(torch.int32), alone[0].view(torch.int32)), (m, p)
     x = rand_x(40, k, torch.bfloat16)
-    backend.matmul(x, w, 0)   # warm-up outside capture
+    wg_backend.matmul(x, w, 0)   # warm-up outside capture
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        y = backend.matmul(x, w, 0, out_dtype=torch.float32)
+        y = wg_backend.matmul(x, w, 0, out_dtype=torch.float32)
     for _ in range(2):
         x.copy_(rand_x(40, k, torch.bfloat16))
         y.fill_(float("nan"))
         g.replay()
-        assert torch.equal(y, backend.matmul(x, w, 0, out_dtype=torch.float32))
+        assert torch.equal(y, wg_backend.matmul(x, w, 0, out_dtype=torch.float32))
         check_close(y, x, q, d, k)
     assert len(wg_calls) >= 15 + 2
