@@ -6,7 +6,7 @@ streaming weight load), by opcode.  Fewer instructions per block helped at 16 ro
 session 8), little at one row (session 10, item 1: not bound by each warp's issue there).
 nvdisasm: on PATH, or NVDISASM=path (e.g. from the nvidia-cuda-nvdisasm wheel; not a project
 dependency).
-    python3 scripts/sass_mix.py [--tree DIR] [--probe] [--dump] KERNEL [KERNEL ...]
+    python3 scripts/sass_mix.py [--tree DIR] [--probe | --arch sm_90a] [--dump] KERNEL [KERNEL ...]
 --probe: the kernels of scripts/wgmma_probe.cu (sm_90a) instead; their main loop is the shortest loop
 holding a warpgroup MMA (HGMMA), with the instructions that run once a slice included.
     e.g. python3 scripts/sass_mix.py pti_mm_bf16_out_t1_r1_m1_u4 pti_mm_bf16_out_t1_r1_m2_u1_p1"""
@@ -61,6 +61,7 @@ def main() -> int:
     ap.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]))
     ap.add_argument("--dump", action="store_true", help="print the loop's instructions too")
     ap.add_argument("--probe", action="store_true", help="the wgmma probe's kernels (scripts/wgmma_probe.cu)")
+    ap.add_argument("--arch", default="sm_90", help="pti_kernel.hip's target (sm_90a: with the Hopper kernels)")
     ap.add_argument("kernels", nargs="+")
     args = ap.parse_args()
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
@@ -74,7 +75,7 @@ def main() -> int:
         from wgmma_probe import probe_source
         out = compile_nvrtc(probe_source(), "sm_90a", options=("-std=c++17", "--ptxas-options=-v"))
     else:
-        out = compile_nvrtc((Path(args.tree) / "kernels" / "pti_kernel.hip").read_text(), "sm_90")
+        out = compile_nvrtc((Path(args.tree) / "kernels" / "pti_kernel.hip").read_text(), args.arch)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(out.binary)
         f.flush()
