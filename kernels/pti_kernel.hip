@@ -758,6 +758,108 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             (rr < a.M[0] ? a.invo[0] : a.invo[1])[rr < a.M[0] ? rr : rr - a.M[0]] = __uint_as_float(PTI_INV_PENDING);
 }
 
+// ---- Hopper (sm_90a) helpers of the wgmma matmul below (pti_wg_mm); here, ahead of the tensor-core
+// kernels' instantiations, so that scripts/wgmma_probe.cu's forms use them too.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// A k16 block's shared-memory descriptor: start >> 4, K-direction core stride 128 B, N-direction 512 B,
+// no swizzle.  The tile: core matrices of 8 rows x 16 bytes, core (c, n8) at c * 128 + n8 * 512.
+__device__ __forceinline__ unsigned long long pti_wg_desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)(128 >> 4) << 16) |
+           ((unsigned long long)(512 >> 4) << 32);
+}
+#define PTI_WG_D8(d, o, c) c(d[o + 0]), c(d[o + 1]), c(d[o + 2]), c(d[o + 3]), c(d[o + 4]), c(d[o + 5]), \
+                           c(d[o + 6]), c(d[o + 7])
+#define PTI_WG_IN "+f"
+#define PTI_WG_OUT "=f"
+// D = A B (FIRST: D not read) or D += A B for one k16: A this warp's 16 rows from registers, B from
+// shared memory (desc); NR activation rows (the wgmma's N).
+template <int NR, bool FIRST>
+__device__ __forceinline__ void pti_wg_mma(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                           unsigned long long desc) {
+    if (NR == 16 && FIRST)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, 0, 1, 1, 0;\n"
+                     : PTI_WG_D8(d, 0, PTI_WG_OUT)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+    if (NR == 16 && !FIRST)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, 1, 1, 1, 0;\n"
+                     : PTI_WG_D8(d, 0, PTI_WG_IN)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+    if (NR == 32 && FIRST)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 0, 1, 1, 0;\n"
+                     : PTI_WG_D8(d, 0, PTI_WG_OUT), PTI_WG_D8(d, 8, PTI_WG_OUT)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+    if (NR == 32 && !FIRST)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n"
+                     : PTI_WG_D8(d, 0, PTI_WG_IN), PTI_WG_D8(d, 8, PTI_WG_IN)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+    if (NR == 64 && FIRST)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+                     "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 0, 1, 1, 0;\n"
+                     : PTI_WG_D8(d, 0, PTI_WG_OUT), PTI_WG_D8(d, 8, PTI_WG_OUT), PTI_WG_D8(d, 16, PTI_WG_OUT),
+                       PTI_WG_D8(d, 24, PTI_WG_OUT)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+    if (NR == 64 && !FIRST)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+                     "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"
+                     : PTI_WG_D8(d, 0, PTI_WG_IN), PTI_WG_D8(d, 8, PTI_WG_IN), PTI_WG_D8(d, 16, PTI_WG_IN),
+                       PTI_WG_D8(d, 24, PTI_WG_IN)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+
+// The policy's step after a block's wgmmas have been waited for: acc = fma(scale, D, acc), the scale word's
+// low half for weight row g, its high half for row g + 8.
+template <int ND>
+__device__ __forceinline__ void pti_wg_scale(float* acc, float* d, unsigned sc) {
+#pragma unroll
+    for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(d[i])::"memory");   // after the wait
+    const float d_lo = pti_f16_to_f32((unsigned short)(sc & 0xffffu));
+    const float d_hi = pti_f16_to_f32((unsigned short)(sc >> 16));
+#pragma unroll
+    for (int i = 0; i < ND; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
+}
+
+// One block: the warp's 16 weight rows of it (w, this lane's 16 bytes) to bf16 A fragments, two chained
+// k16 wgmmas (the first overwrites D; desc0, desc1: the tile's two k16 halves, 256 bytes apart: passed
+// apart, since a descriptor plus an offset made ptxas spill in the probe's long form), wait, pti_wg_scale.
+template <int NR>
+__device__ __forceinline__ void pti_wg_block(float* acc, const uint4& w, unsigned long long desc0,
+                                             unsigned long long desc1, unsigned sc, const PtiCvt& k) {
+    unsigned a[8];
+    pti_cvt4<0, false>(w.x, a[0], a[2], k);
+    pti_cvt4<0, false>(w.y, a[4], a[6], k);
+    pti_cvt4<0, false>(w.z, a[1], a[3], k);
+    pti_cvt4<0, false>(w.w, a[5], a[7], k);
+    float d[NR / 2];
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    pti_wg_mma<NR, true>(d, a[0], a[1], a[2], a[3], desc0);
+    pti_wg_mma<NR, false>(d, a[4], a[5], a[6], a[7], desc1);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    pti_wg_scale<NR / 2>(acc, d, sc);
+}
+
+__device__ __forceinline__ void pti_wg_bar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
 #define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC)                               \
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
@@ -832,87 +934,8 @@ PTI_TC_ALL(f16_glu, 1, 2)   // an h16 model's gate/up (its outputs h16: PtiArgs.
 // The weights and scales (the ring layout, repack.py: ring_pack) and the activations (the tile layout
 // pti_wg_tiles writes) reach shared memory by bulk copies (cp.async.bulk, the copy engine) into an
 // S-slot ring, one mbarrier a slot; thread 0 refills a slot after the barrier that ends its phase.
-// Only compiled for sm_90a (the 'a' features: wgmma); the backend compiles this file for sm_90a on sm_90.
+// Only compiled for sm_90a (the 'a' features: wgmma): the backend's target on sm_90 with PTI_WGMMA=1.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-// A k16 block's shared-memory descriptor: start >> 4, K-direction core stride 128 B, N-direction 512 B,
-// no swizzle.  The tile: core matrices of 8 rows x 16 bytes, core (c, n8) at c * 128 + n8 * 512.
-__device__ __forceinline__ unsigned long long pti_wg_desc(unsigned addr) {
-    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)(128 >> 4) << 16) |
-           ((unsigned long long)(512 >> 4) << 32);
-}
-#define PTI_WG_D8(d, o, c) c(d[o + 0]), c(d[o + 1]), c(d[o + 2]), c(d[o + 3]), c(d[o + 4]), c(d[o + 5]), \
-                           c(d[o + 6]), c(d[o + 7])
-#define PTI_WG_IN "+f"
-#define PTI_WG_OUT "=f"
-// D = A B (FIRST: D not read) or D += A B for one k16: A this warp's 16 rows from registers, B from
-// shared memory (desc); NR activation rows (the wgmma's N).
-template <int NR, bool FIRST>
-__device__ __forceinline__ void pti_wg_mma(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                           unsigned long long desc) {
-    if (NR == 32 && FIRST)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 0, 1, 1, 0;\n"
-                     : PTI_WG_D8(d, 0, PTI_WG_OUT), PTI_WG_D8(d, 8, PTI_WG_OUT)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-    if (NR == 32 && !FIRST)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n"
-                     : PTI_WG_D8(d, 0, PTI_WG_IN), PTI_WG_D8(d, 8, PTI_WG_IN)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-    if (NR == 64 && FIRST)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-                     "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 0, 1, 1, 0;\n"
-                     : PTI_WG_D8(d, 0, PTI_WG_OUT), PTI_WG_D8(d, 8, PTI_WG_OUT), PTI_WG_D8(d, 16, PTI_WG_OUT),
-                       PTI_WG_D8(d, 24, PTI_WG_OUT)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-    if (NR == 64 && !FIRST)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-                     "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"
-                     : PTI_WG_D8(d, 0, PTI_WG_IN), PTI_WG_D8(d, 8, PTI_WG_IN), PTI_WG_D8(d, 16, PTI_WG_IN),
-                       PTI_WG_D8(d, 24, PTI_WG_IN)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-}
-
-// One block: the warp's 16 weight rows of it (w, this lane's 16 bytes) to bf16 A fragments, two chained
-// k16 wgmmas (the first overwrites D), wait, then the policy's step acc = fma(scale, D, acc) with the
-// scale word's low half for weight row g and its high half for row g + 8.
-template <int NR>
-__device__ __forceinline__ void pti_wg_block(float* acc, const uint4& w, unsigned long long desc, unsigned sc,
-                                             const PtiCvt& k) {
-    unsigned a[8];
-    pti_cvt4<0, false>(w.x, a[0], a[2], k);
-    pti_cvt4<0, false>(w.y, a[4], a[6], k);
-    pti_cvt4<0, false>(w.z, a[1], a[3], k);
-    pti_cvt4<0, false>(w.w, a[5], a[7], k);
-    float d[NR / 2];
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    pti_wg_mma<NR, true>(d, a[0], a[1], a[2], a[3], desc);
-    pti_wg_mma<NR, false>(d, a[4], a[5], a[6], a[7], desc + (256 >> 4));
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-    for (int i = 0; i < NR / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");   // after the wait
-    const float d_lo = pti_f16_to_f32((unsigned short)(sc & 0xffffu));
-    const float d_hi = pti_f16_to_f32((unsigned short)(sc >> 16));
-#pragma unroll
-    for (int i = 0; i < NR / 2; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
-}
-
-__device__ __forceinline__ void pti_wg_bar_wait(unsigned bar, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile("{ .reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
-}
-__device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
 
 // y = x W^T for M <= 8 MT rows of one twin (blockIdx.y: twin B's pointers, when given), PB blocks a phase,
 // S ring slots.  q, s: the ring layout (a unit's blocks contiguous in slice-major order: slice r's blocks
@@ -989,7 +1012,8 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
                              : "r"(wq + (u + 1) * WB) : "memory");
                 asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws + (u + 1) * SB) : "memory");
             }
-            pti_wg_block<NR>(acc, w, desc0 + ((st * SLOT + u * NR * 64) >> 4), sc, k);   // no carry: < 256 KB
+            const unsigned long long desc = desc0 + ((st * SLOT + u * NR * 64) >> 4);   // no carry: < 256 KB
+            pti_wg_block<NR>(acc, w, desc, desc + (256 >> 4), sc, k);
         }
         if (--left == 0) {   // a slice done: v = p0, then v += p_slice, each thread its own elements
             left = nphs;

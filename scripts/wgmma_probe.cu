@@ -22,76 +22,9 @@ struct PtiWgAcc {
     float d[NR / 2];
 };
 
-__device__ __forceinline__ unsigned long long pti_wg_desc(unsigned addr) {
-    // start >> 4, LBO (K-direction core stride, 128 B) >> 4, SBO (N-direction, 512 B) >> 4, no swizzle
-    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)(128 >> 4) << 16) |
-           ((unsigned long long)(512 >> 4) << 32);
-}
-
-#define PTI_WG_D8(d, o) "+f"(d[o + 0]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), \
-                        "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7])
-
-// D (+)= A B for one k16: a from registers (this warp's 16 rows), B from shared memory (desc).
-template <int NR>
-__device__ __forceinline__ void pti_wg_mma(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                           unsigned long long desc, int scale_d);
-template <>
-__device__ __forceinline__ void pti_wg_mma<16>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                               unsigned long long desc, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
-                 : PTI_WG_D8(d, 0)
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void pti_wg_mma<32>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                               unsigned long long desc, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
-                 : PTI_WG_D8(d, 0), PTI_WG_D8(d, 8)
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void pti_wg_mma<64>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                               unsigned long long desc, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-                 "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-                 : PTI_WG_D8(d, 0), PTI_WG_D8(d, 8), PTI_WG_D8(d, 16), PTI_WG_D8(d, 24)
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-}
-
-// The policy's step after a block's wgmmas have been waited for: acc = fma(scale, D, acc), the scale word's
-// low half for weight row g, high half for row g + 8.
-template <int ND>
-__device__ __forceinline__ void pti_wg_scale(float* acc, const float* d, unsigned sc) {
-#pragma unroll
-    for (int i = 0; i < ND; ++i) asm volatile("" : "+f"(((float*)d)[i])::"memory");   // after the wait
-    const float d_lo = pti_f16_to_f32((unsigned short)(sc & 0xffffu));
-    const float d_hi = pti_f16_to_f32((unsigned short)(sc >> 16));
-#pragma unroll
-    for (int i = 0; i < ND; ++i) acc[i] = __fmaf_rn((i & 2) ? d_hi : d_lo, d[i], acc[i]);
-}
-// One block of sessions 22's forms: convert the warp's weights (A), two chained k16 wgmmas from zero, wait,
-// then acc = fma(scale, D, acc).
-template <int NR>
-__device__ __forceinline__ void pti_wg_block(float* acc, const uint4& w, unsigned tile, unsigned sc, const PtiCvt& k) {
-    unsigned g01, g23, g45, g67, h01, h23, h45, h67;
-    pti_cvt4<0, false>(w.x, g01, g23, k);
-    pti_cvt4<0, false>(w.y, g45, g67, k);
-    pti_cvt4<0, false>(w.z, h01, h23, k);
-    pti_cvt4<0, false>(w.w, h45, h67, k);
-    float d[NR / 2];
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    pti_wg_mma<NR>(d, g01, h01, g23, h23, pti_wg_desc(tile), 0);
-    pti_wg_mma<NR>(d, g45, h45, g67, h67, pti_wg_desc(tile + 256), 1);
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    pti_wg_scale<NR / 2>(acc, d, sc);
-}
+// pti_wg_desc, pti_wg_mma, pti_wg_scale, pti_wg_block, pti_wg_bar_wait, pti_wg_bulk: kernels/pti_kernel.hip's
+// (the backend's Hopper kernel took this probe's helpers; session 22's forms now start a block with the
+// lean form's first MMA, which writes D, instead of zeroing it: their registers changed, their bits not).
 
 // The cluster's ordered sum and the store.  This CTA (rank sl of C) takes ND / C elements i of every
 // thread's column and adds the 8 slices' partial sums in slice order (v = p0; v += p1; ...: pti_finish's
@@ -226,7 +159,8 @@ __device__ __forceinline__ void pti_wg_mm(const uint4* __restrict__ q, const uns
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            pti_wg_block<NR>(acc, wc[u], sbase + ((st & 1) * U + u) * STAGE, sc[u], k);
+            pti_wg_block<NR>(acc, wc[u], pti_wg_desc(sbase + ((st & 1) * U + u) * STAGE),
+                             pti_wg_desc(sbase + ((st & 1) * U + u) * STAGE + 256), sc[u], k);
         }
         if (more) store_x((st + 1) & 1);
         __syncthreads();
@@ -309,7 +243,7 @@ __device__ __forceinline__ void pti_wg2_mm(const uint4* __restrict__ q, const un
             const unsigned char* wp = pti_smem + (j % S) * STAGE + U * TILE + (u * W + warp) * WB;
             const uint4 w = *(const uint4*)(wp + 16 * lane);
             const unsigned sc = *(const unsigned*)(wp + 512 + 4 * (lane >> 2));
-            pti_wg_block<NR>(acc, w, st + u * TILE, sc, k);
+            pti_wg_block<NR>(acc, w, pti_wg_desc(st + u * TILE), pti_wg_desc(st + u * TILE + 256), sc, k);
         }
     }
 #pragma unroll
@@ -365,37 +299,6 @@ PTI_WG_ALL(bf16_out, 1)
 // weights DW blocks ahead in registers (and PF blocks ahead into L2), and the wgmmas of G blocks issued together (G sets of D) before
 // one wait.  (Leaving a block's wgmmas in flight while the next block's weights are converted, wait_group
 // 1, is what ptxas cannot do with A in registers: it serializes them, C7513, docs/perf.md sessions 22-24.)
-template <int NR>
-__device__ __forceinline__ void pti_wg_mma_first(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                                 unsigned long long desc);
-#define PTI_WG_O8(d, o) "=f"(d[o + 0]), "=f"(d[o + 1]), "=f"(d[o + 2]), "=f"(d[o + 3]), "=f"(d[o + 4]), \
-                        "=f"(d[o + 5]), "=f"(d[o + 6]), "=f"(d[o + 7])
-template <>
-__device__ __forceinline__ void pti_wg_mma_first<16>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                                     unsigned long long desc) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, 0, 1, 1, 0;\n"
-                 : PTI_WG_O8(d, 0)
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void pti_wg_mma_first<32>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                                     unsigned long long desc) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 0, 1, 1, 0;\n"
-                 : PTI_WG_O8(d, 0), PTI_WG_O8(d, 8)
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void pti_wg_mma_first<64>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                                     unsigned long long desc) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-                 "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 0, 1, 1, 0;\n"
-                 : PTI_WG_O8(d, 0), PTI_WG_O8(d, 8), PTI_WG_O8(d, 16), PTI_WG_O8(d, 24)
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-}
-
 // One half row of a block's activation tile (two 16-byte pieces a, b) into shared memory: word w of both
 // pieces -> core w.
 __device__ __forceinline__ void pti_wg_store_half(unsigned at, const uint4& a, const uint4& b) {
@@ -406,24 +309,6 @@ __device__ __forceinline__ void pti_wg_store_half(unsigned at, const uint4& a, c
 }
 
 
-// One block of sessions 23-25's forms: as pti_wg_block, with the A fragments in the order the first wgmma
-// (which overwrites D: no zeroing) takes them.
-template <int NR>
-__device__ __forceinline__ void pti_wg_block_first(float* acc, const uint4& w, unsigned long long desc0,
-                                                   unsigned long long desc1, unsigned sc, const PtiCvt& k) {
-    unsigned a[8];
-    pti_cvt4<0, false>(w.x, a[0], a[2], k);
-    pti_cvt4<0, false>(w.y, a[4], a[6], k);
-    pti_cvt4<0, false>(w.z, a[1], a[3], k);
-    pti_cvt4<0, false>(w.w, a[5], a[7], k);
-    float d[NR / 2];
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    pti_wg_mma_first<NR>(d, a[0], a[1], a[2], a[3], desc0);
-    pti_wg_mma<NR>(d, a[4], a[5], a[6], a[7], desc1, 1);
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    pti_wg_scale<NR / 2>(acc, d, sc);
-}
 // The long forms' block sequence: a CTA of rank sl (of C) takes slices sl, sl + C, ... (SPC of them, nblk
 // blocks each, block b of slice r is file block r + 8 b); sequence j -> the file's block, without a division
 // (SPC - 1 compares).
@@ -522,8 +407,8 @@ __device__ __forceinline__ void pti_wg3_mm(const uint4* __restrict__ q, const un
 #pragma unroll
             for (int e = 0; e < G; ++e) {
                 const unsigned tile = tiles + (u0 + e) * STAGE;
-                pti_wg_mma_first<NR>(d[e], a[e][0], a[e][1], a[e][2], a[e][3], pti_wg_desc(tile));
-                pti_wg_mma<NR>(d[e], a[e][4], a[e][5], a[e][6], a[e][7], pti_wg_desc(tile + 256), 1);
+                pti_wg_mma<NR, true>(d[e], a[e][0], a[e][1], a[e][2], a[e][3], pti_wg_desc(tile));
+                pti_wg_mma<NR, false>(d[e], a[e][4], a[e][5], a[e][6], a[e][7], pti_wg_desc(tile + 256));
             }
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -638,7 +523,7 @@ __device__ __forceinline__ void pti_wg4_mm(const uint4* __restrict__ q, const un
             wr[u % DW] = pti_ld_stream(qw + 32 * bn);
             sr[u % DW] = __ldg(sw + 8 * bn);
             const unsigned tile = tiles + u * STAGE;
-            pti_wg_block_first<NR>(acc, w, pti_wg_desc(tile), pti_wg_desc(tile + 256), sc, k);
+            pti_wg_block<NR>(acc, w, pti_wg_desc(tile), pti_wg_desc(tile + 256), sc, k);
         }
         if (next) {
             if (IP == PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
@@ -680,20 +565,8 @@ PTI_WG4_ALL(bf16_out, 1)
 __device__ __forceinline__ void pti_wg_bar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-__device__ __forceinline__ void pti_wg_bar_wait(unsigned bar, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile("{ .reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
-}
 __device__ __forceinline__ void pti_wg_bar_expect(unsigned bar, unsigned tx) {
     asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(bar), "r"(tx) : "memory");
-}
-__device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
 template <int TOUT, int MT, int WG, int PB, int S, int SPC, int LATE, int XB, int EB, int IL>
@@ -806,7 +679,7 @@ __device__ __forceinline__ void pti_wg5_mm(const uint4* __restrict__ q, const un
                 asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws + (u + 1) * SB) : "memory");
             }
             const unsigned long long desc = desc0 + ((tiles + u * STAGE) >> 4);   // no carry: < 256 KB
-            pti_wg_block_first<NR>(acc, w, desc, desc + (256 >> 4), sc, k);
+            pti_wg_block<NR>(acc, w, desc, desc + (256 >> 4), sc, k);
         }
         if (!XB && next) {
             if ((LATE || IP == PB) && bt + BPI * (IP - 1) < PB) pti_wg_store_half(xsn + (IP - 1) * BPI * STAGE, xa, xb);
