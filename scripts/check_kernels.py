@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""CI check of kernels/pti_kernel.hip with no GPU: compile it through NVRTC for
-sm_80, sm_90 and sm_90a (the target the backend uses on sm_90: its Hopper kernels), print ptxas' resource report per kernel, and fail on a compile
-error or on any local-memory use (stack frame or spills).  Where `hipcc` (ROCm
-or Debian's) is installed, also compile the HIP path for gfx90a and gfx1030
-(an offline compile only: nothing has run on AMD hardware)."""
+"""CI check of kernels/ with no GPU: compile pti_kernel.hip through NVRTC for sm_80,
+sm_90 and sm_90a (the backend's target on sm_90 with PTI_WGMMA=1: the Hopper kernels
+too) and pti_ops.hip for sm_80 and sm_90, print ptxas' resource report per kernel, and
+fail on a compile error, on any local-memory use (stack frame or spills) or on missing
+Hopper kernels.  Where `hipcc` (ROCm or Debian's) is installed, also compile the HIP
+path for gfx90a and gfx1030 (an offline compile only: nothing has run on AMD hardware)."""
 
 from __future__ import annotations
 

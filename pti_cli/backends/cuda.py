@@ -61,8 +61,9 @@ ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, with PTI_WGMMA=1): 17-64 rows of tall
 # matrices (width class "x"), bf16 activations, from a second copy of the matrix in the ring layout
 # (repack.ring_pack, Packed.ring), with the policy kernels' bits.  Opt-in: the copy doubles those matrices'
-# memory, and this path has passed its bit checks only as scripts/wgmma_probe.py (docs/perf.md, session 26).  By rows: (max rows, tiles of 8 rows, blocks a phase,
-# ring slots), as pti_kernel.hip's PTI_WG lines; at 16 rows the policy is as fast (docs/perf.md, session 26).
+# memory, and this path has passed its bit checks only as scripts/wgmma_probe.py (docs/perf.md, session
+# 26).  By rows: (max rows, tiles of 8 rows, blocks a phase, ring slots), as pti_kernel.hip's PTI_WG
+# lines; at 16 rows the policy is as fast.
 WG_VARIANTS = ((32, 4, 4, 3), (64, 8, 2, 4))
 WG_MIN_ROWS = 17
 
