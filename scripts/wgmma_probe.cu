@@ -17,11 +17,6 @@
 // (columns 8t+2w, 8t+2w+1) to core w, word t.
 #if defined(PTI_CUDA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-template <int NR>
-struct PtiWgAcc {
-    float d[NR / 2];
-};
-
 // pti_wg_desc, pti_wg_mma, pti_wg_scale, pti_wg_block, pti_wg_bar_wait, pti_wg_bulk: kernels/pti_kernel.hip's
 // (the backend's Hopper kernel took this probe's helpers; session 22's forms now start a block with the
 // lean form's first MMA, which writes D, instead of zeroing it: their registers changed, their bits not).

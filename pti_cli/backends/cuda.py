@@ -283,10 +283,11 @@ class KernelBackend(Backend):
             p.ring = ring_pack(p)
         return p
 
-    def wg_kernel(self, m: int, out: torch.dtype) -> str:
-        """The Hopper kernel for m rows (WG_VARIANTS) writing `out` (float32, or the activations' bf16)."""
+    def wg_kernel(self, m: int, out: torch.dtype) -> tuple[str, int]:
+        """The Hopper kernel for m rows (WG_VARIANTS) writing `out` (float32, or the activations' bf16), and
+        its activation rows (8 MT)."""
         mt = next(v[1] for v in WG_VARIANTS if m <= v[0])
-        return f"pti_wg_bf16_{'f32' if out == torch.float32 else 'out'}_m{mt}"
+        return f"pti_wg_bf16_{'f32' if out == torch.float32 else 'out'}_m{mt}", 8 * mt
 
     def wg_ready(self, packs: list[Packed], m: int) -> bool:
         """Whether m rows through these packs go to the Hopper kernels."""
@@ -581,10 +582,10 @@ class CudaBackend(KernelBackend):
     def launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]) -> str:
         live = [i for i, x in enumerate(xs) if x.shape[0]]   # a twin may have no rows
         packs, xs, ys = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live]
-        name = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype)
-        nr, rp = 8 * int(name.rsplit("_m", 1)[1]), [p.ring for p in packs]
+        name, nr = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype)
+        rp = [p.ring for p in packs]
         g, nb = rp[0].q.shape[:2]
-        if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 8 or x.data_ptr() % 16 for x in xs):
+        if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 2 or x.data_ptr() % 4 for x in xs):
             xs = [x.contiguous() for x in xs]   # pti_wg_tiles: one row stride, 4-byte words
         per = nb * nr * 32   # a twin's tiles, bf16
         if nb not in self._tiles:   # room for two twins of MAX_ROWS
