@@ -946,10 +946,12 @@ PTI_TC_ALL(f16_glu, 1, 2)   // an h16 model's gate/up (its outputs h16: PtiArgs.
 struct PtiWgArgs {
     const char* q[2];
     const char* s[2];
-    const char* x[2];   // the tiles
+    const char* x[2];     // the tiles
     void* y[2];
+    const float* inv[2];  // each row's inv (the RMSNorm's scale, PtiArgs.inv), or null: none
     int M[2];
     int N, nb, ldy;
+    int h16;              // PtiArgs.h16 bit 0: silu(gate) * up comes out as h16
 };
 template <int TOUT, int MT, int PB, int S>
 __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
@@ -1032,12 +1034,28 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         }
     }
     // D layout (per warp as mma.sync's C): element i is weight row 16 warp + g + 8 ((i >> 1) & 1) of the
-    // unit, activation row 8 (i >> 2) + 2 t + (i & 1)
+    // unit, activation row 8 (i >> 2) + 2 t + (i & 1).  The policy's epilogue arithmetic (pti_finish).
     const int g = lane >> 2, t = lane & 3, rg = unit * R + warp;
+    const float* inv = twin ? a.inv[1] : a.inv[0];
 #pragma unroll
     for (int i = 0; i < ND; ++i) {
-        const int n = rg * 16 + g + ((i & 2) ? 8 : 0), m = 8 * (i >> 2) + 2 * t + (i & 1);
-        if (m < M && n < a.N) pti_store<0, TOUT>(y, (pti_u64)m * a.ldy + n, run[i * T + tid]);
+        const int m = 8 * (i >> 2) + 2 * t + (i & 1);
+        if (TOUT == 2) {   // PTI_GLU: gate row g with up row g + 8 of the row group (element i with i + 2)
+            const int f = rg * 8 + g;
+            if ((i & 2) || m >= M || 2 * f >= a.N) continue;
+            float gv = run[i * T + tid], uv = run[(i + 2) * T + tid];
+            if (inv) {
+                gv = __fmul_rn(gv, inv[m]);
+                uv = __fmul_rn(uv, inv[m]);
+            }
+            ((unsigned short*)y)[(pti_u64)m * a.ldy + f] = (a.h16 & 1) ? pti_bf16_to_h16(pti_glu(gv, uv)) : pti_glu(gv, uv);
+        } else {
+            const int n = rg * 16 + g + ((i & 2) ? 8 : 0);
+            if (m >= M || n >= a.N) continue;
+            float v = run[i * T + tid];
+            if (inv) v = __fmul_rn(v, inv[m]);
+            pti_store<0, TOUT>(y, (pti_u64)m * a.ldy + n, v);
+        }
     }
 }
 
@@ -1067,19 +1085,23 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     *(uint4*)(out + (pti_u64)j * nr * 32 + (r >> 3) * 256 + w * 64 + (r & 7) * 8) = v;
 }
 
-// pti_wg_{bf16_f32,bf16_out}_m{MT}: MT tiles of 8 rows (17-32 rows: m4, 33-64: m8), PB and S as measured
-// best on 28672x4096 (docs/perf.md, session 26: m4_w2_b4_r3_o2_c1_x1, m8_w2_b2_r4_o2_c1_x1); two CTAs a SM.
-#define PTI_WG(NAME, TOUT, MT, PB, S)                                                                  \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                         \
-        const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb, \
-        void* ya, void* yb, int Ma, int Mb, int N, int nb, int ldy) {                                   \
-        const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb}, N, nb, ldy};             \
-        pti_wg_mm<TOUT, MT, PB, S>(a);                                                                 \
+// pti_wg_{bf16_f32,bf16_out,bf16_glu}_m{MT}: MT tiles of 8 rows (17-32 rows: m4, 33-64: m8), PB and S as
+// measured best on 28672x4096 (docs/perf.md, session 26: m4_w2_b4_r3_o2_c1_x1, m8_w2_b2_r4_o2_c1_x1); two
+// CTAs a SM.
+#define PTI_WG(NAME, TOUT, MT, PB, S)                                                                   \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
+        const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
+        void* ya, void* yb, const float* ia, const float* ib, int Ma, int Mb, int N, int nb, int ldy,    \
+        int h16) {                                                                                       \
+        const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {ia, ib}, {Ma, Mb}, N, nb, ldy, h16}; \
+        pti_wg_mm<TOUT, MT, PB, S>(a);                                                                  \
     }
 PTI_WG(pti_wg_bf16_f32_m4, 0, 4, 4, 3)
 PTI_WG(pti_wg_bf16_out_m4, 1, 4, 4, 3)
+PTI_WG(pti_wg_bf16_glu_m4, 2, 4, 4, 3)
 PTI_WG(pti_wg_bf16_f32_m8, 0, 8, 2, 4)
 PTI_WG(pti_wg_bf16_out_m8, 1, 8, 2, 4)
+PTI_WG(pti_wg_bf16_glu_m8, 2, 8, 2, 4)
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 

@@ -177,6 +177,10 @@ class Epilogue:
         return Epilogue(self.ng, self.eps, one(self.pin), one(self.inv), one(self.uo), one(self.po), one(self.g),
                         one(self.invo), self.no_inv_ctas, self.h16)
 
+    def inv_only(self) -> bool:
+        """Whether the epilogue only scales each row by its given inv (what the Hopper kernels take)."""
+        return bool(self.inv) and not (self.pin or self.uo or self.po or self.invo)
+
     def inv_form(self) -> bool:
         """Whether the launch takes the kernels' inv CTAs' form ("_i1": inv slots to fill or set pending)."""
         return bool(self.invo) or bool(self.pin and self.inv)
@@ -265,7 +269,7 @@ class KernelBackend(Backend):
             if q.shape[1] % 32:
                 q = torch.nn.functional.pad(q, (0, 32 - q.shape[1] % 32))
             pack = repack_q8(q.contiguous(), d.to(self.device, torch.float16).contiguous(), cols, self.code(h16))
-            packs.append(pack if glu else self.with_ring(pack))
+            packs.append(self.with_ring(pack))
         plane = {0: 0, 1: 0} if len(packs) == 1 else {0: 0, 1: 1}
         return KernelMatrix(packs, plane, rows, cols, len(packs) == 1, glu=glu)
 
@@ -283,15 +287,17 @@ class KernelBackend(Backend):
             p.ring = ring_pack(p)
         return p
 
-    def wg_kernel(self, m: int, out: torch.dtype) -> tuple[str, int]:
-        """The Hopper kernel for m rows (WG_VARIANTS) writing `out` (float32, or the activations' bf16), and
-        its activation rows (8 MT)."""
+    def wg_kernel(self, m: int, out: torch.dtype, glu: bool = False) -> tuple[str, int]:
+        """The Hopper kernel for m rows (WG_VARIANTS) writing `out` (float32, or the activations' bf16), or
+        silu(gate) * up (glu), and its activation rows (8 MT)."""
         mt = next(v[1] for v in WG_VARIANTS if m <= v[0])
-        return f"pti_wg_bf16_{'f32' if out == torch.float32 else 'out'}_m{mt}", 8 * mt
+        return f"pti_wg_bf16_{'glu' if glu else 'f32' if out == torch.float32 else 'out'}_m{mt}", 8 * mt
 
-    def wg_ready(self, packs: list[Packed], m: int) -> bool:
-        """Whether m rows through these packs go to the Hopper kernels."""
-        return WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
+    def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
+        """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: their epilogue
+        takes only a given inv per row."""
+        return (WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
+                and (epi is None or epi.inv_only()))
 
     def _dev(self, a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a).view(np.dtype(str(dtype).split(".")[1])).copy())
@@ -313,7 +319,7 @@ class KernelBackend(Backend):
         oa, ob = outs or (None, None)
         m = max(xa.shape[0], xb.shape[0])
         if xb.shape[0] == 0 or xa.shape[0] == 0 or len(w.packs) == 1 or \
-                (m > TWIN_KERNEL_MAX_ROWS and (w.glu or not self.wg_ready(w.packs, m))):
+                (m > TWIN_KERNEL_MAX_ROWS and not self.wg_ready(w.packs, m)):
             # one twin's rows only, or one model: per-twin calls read only what they need
             # (for one model, concatenating the rows would save a read but break `outs`)
             if len(w.packs) == 1 and xa.shape[0] and xb.shape[0] and outs is None:
@@ -356,8 +362,8 @@ class KernelBackend(Backend):
         for m0 in range(0, total, MAX_ROWS):   # same per-row math in every chunk
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
-            if not glu and epi is None and self.wg_ready(packs, max(x.shape[0] for x in xc)):
-                self.launch_wg(packs, xc, yc)
+            if self.wg_ready(packs, max(x.shape[0] for x in xc), epi):
+                self.launch_wg(packs, xc, yc, glu, epi.rows(m0, m0 + MAX_ROWS) if epi is not None else None)
                 continue
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
                                                           ys[0].dtype, rows=packs[0].rows, glu=glu,
@@ -376,8 +382,9 @@ class KernelBackend(Backend):
 
     def inv_form_ok(self, m: int, w: "KernelMatrix", out: torch.dtype, glu: bool = False) -> bool:
         """Whether one twin's m rows through w go in one launch of a kernel that has the inv CTAs'
-        form (more than 8 rows, at most MAX_ROWS, the policy's variant; not the HIP kernels)."""
-        return (self.epilogue_ok() and 8 < m <= MAX_ROWS
+        form (more than 8 rows, at most MAX_ROWS, the policy's variant; not the HIP kernels, nor the
+        Hopper kernels, which take the rows' inv given)."""
+        return (self.epilogue_ok() and 8 < m <= MAX_ROWS and not self.wg_ready(w.packs, m)
                 and self.kernel_name(1, m, self.in_dtype(w), out, rows=w.rows, glu=glu, inv_form=True) in self.funcs)
 
     def launch_args(self, name: str, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor],
@@ -421,9 +428,11 @@ class KernelBackend(Backend):
     def _load_module(self) -> None:
         raise NotImplementedError
 
-    def launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]) -> str:
+    def launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor], glu: bool = False,
+                  epi: Epilogue | None = None) -> str:
         """17-64 rows of one twin or both through the Hopper kernels: the rows into the tile layout
-        (pti_wg_tiles), then pti_wg_mm on the packs' ring copies; returns the matmul kernel's name."""
+        (pti_wg_tiles), then pti_wg_mm on the packs' ring copies, with silu(gate) * up (glu) and each
+        row scaled by its inv (an Epilogue.inv_only); returns the matmul kernel's name."""
         raise PtiError(f"the {self.kind} backend has no Hopper kernels")
 
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
@@ -447,7 +456,8 @@ class KernelBackend(Backend):
         for x, y in zip(xs, ys):
             if x.shape[0] != y.shape[0] or x.shape[1] != w.cols or not y.is_contiguous() or x.dtype != self.in_dtype(w):
                 raise PtiError(f"matmul_epi: rows {tuple(x.shape)} -> {tuple(y.shape)} do not fit a {w.rows}x{w.cols} matrix")
-        if len(twins) == 2 and max(x.shape[0] for x in xs) > TWIN_KERNEL_MAX_ROWS:   # as matmul_twins
+        m = max(x.shape[0] for x in xs)
+        if len(twins) == 2 and m > TWIN_KERNEL_MAX_ROWS and not self.wg_ready(w.packs, m, epi):   # as matmul_twins
             for i in range(2):
                 self.matmul_epi([twins[i]], [xs[i]], w, [ys[i]], epi.twin(i))
             return
@@ -568,7 +578,7 @@ class CudaBackend(KernelBackend):
         shared memory (two CTAs of about 100 KB), not the matmuls' pinned carveout."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
         for _, mt, pb, slots in WG_VARIANTS:
-            for out in ("f32", "out"):
+            for out in ("f32", "out", "glu"):
                 n = f"pti_wg_bf16_{out}_m{mt}"
                 f = self.wg_funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 self.smem[n] = wg_smem(mt, pb, slots)
@@ -579,10 +589,16 @@ class CudaBackend(KernelBackend):
                     return   # (a card with less shared memory: the policy kernels serve every M)
         self.wgmma = True
 
-    def launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor]) -> str:
+    def launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor], glu: bool = False,
+                  epi: Epilogue | None = None) -> str:
+        if epi is not None and not epi.inv_only():
+            raise PtiError("the Hopper kernels' epilogue takes only each row's inv")
+        if glu and (ys[0].dtype == torch.float16) != bool(epi is not None and epi.h16):   # as launch_args
+            raise PtiError("silu(gate) * up comes out as h16 (float16) exactly when the epilogue says h16")
         live = [i for i, x in enumerate(xs) if x.shape[0]]   # a twin may have no rows
-        packs, xs, ys = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live]
-        name, nr = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype)
+        invs = list(epi.inv) if epi is not None else [None] * len(xs)
+        packs, xs, ys, invs = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live], [invs[i] for i in live]
+        name, nr = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu)
         rp = [p.ring for p in packs]
         g, nb = rp[0].q.shape[:2]
         if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 2 or x.data_ptr() % 4 for x in xs):
@@ -601,9 +617,11 @@ class CudaBackend(KernelBackend):
                                (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 5), self.pdl, "launch pti_wg_tiles")
         (qa, qb), (sa, sb), (ya, yb) = two([p.q.data_ptr() for p in rp]), two([p.s.data_ptr() for p in rp]), \
             two([y.data_ptr() for y in ys])
+        ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
+        h16 = int(epi is not None and epi.h16)
         launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS, len(xs)), (THREADS,), self.smem[name], stream,
-                      ((qa, sa, qb, sb, ta, tb, ya, yb, ma, mb, rp[0].rows, nb, ys[0].stride(0)),
-                       (ctypes.c_void_p,) * 8 + (ctypes.c_int,) * 5), self.pdl, f"launch {name}")
+                      ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16),
+                       (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6), self.pdl, f"launch {name}")
         return name
 
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:

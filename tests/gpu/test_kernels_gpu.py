@@ -312,13 +312,12 @@ def test_every_matmul_kernel_has_the_pinned_carveout(backend):
 # The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, PTI_WGMMA=1): 17-64 rows of a tall matrix
 # (width class "x") from its ring-layout copy.  They must give the policy kernels' bits.
 
-@pytest.fixture(scope="module")
-def wg_backend():
-    """A backend with the Hopper kernels (built for sm_90a), beside the session's plain one."""
+def backend_with_wgmma(flag: str):
+    """A CUDA backend built with PTI_WGMMA=flag, whatever the session's environment says."""
     import os
     from pti_cli.backends.cuda import CudaBackend
     old = os.environ.get("PTI_WGMMA")
-    os.environ["PTI_WGMMA"] = "1"
+    os.environ["PTI_WGMMA"] = flag
     try:
         return CudaBackend()
     finally:
@@ -326,6 +325,18 @@ def wg_backend():
             del os.environ["PTI_WGMMA"]
         else:
             os.environ["PTI_WGMMA"] = old
+
+
+@pytest.fixture(scope="module")
+def wg_backend():
+    """A backend with the Hopper kernels (built for sm_90a)."""
+    return backend_with_wgmma("1")
+
+
+@pytest.fixture(scope="module")
+def policy_backend():
+    """A backend without them (sm_90: the policy kernels only), also when the suite runs with PTI_WGMMA=1."""
+    return backend_with_wgmma("0")
 
 
 def hopper(backend) -> bool:
@@ -357,10 +368,11 @@ def wg_calls(wg_backend, monkeypatch):
 
 @pytest.mark.parametrize("twins", [1, 2])
 @pytest.mark.parametrize("k", [1024, 2048])
-def test_hopper_kernels_give_the_policy_bits(backend, wg_backend, wg_calls, twins, k):
-    """Each output against the session's backend (sm_90, the policy kernels only), bit for bit."""
+def test_hopper_kernels_give_the_policy_bits(policy_backend, wg_backend, wg_calls, twins, k):
+    """Each output against a backend of the policy kernels only, bit for bit."""
     if not hopper(wg_backend):
         return
+    backend = policy_backend
     assert not backend.wgmma
     n = tall(wg_backend)
     mats = [rand_q8(n, k) for _ in range(twins)]
@@ -385,6 +397,52 @@ def test_hopper_kernels_give_the_policy_bits(backend, wg_backend, wg_calls, twin
     # one launch a call, both twins in it
     assert wg_calls == [wg_backend.wg_kernel(m, o)[0] for m in (17, 23, 32, 33, 50, 64)
                         for o in (torch.float32, torch.bfloat16)]
+
+
+@pytest.mark.parametrize("twins", [1, 2])
+def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_backend, wg_calls, twins):
+    """silu(gate) * up (bf16, or h16 for an h16 matrix after it) and each row scaled by its given inv (the
+    RMSNorm's epilogue, Epilogue.inv_only): bit for bit the policy kernels' outputs."""
+    if not hopper(wg_backend):
+        return
+    from pti_cli.backends.cuda import Epilogue
+    n, k = tall(wg_backend) + 8, 1024   # a gate/up's rows: whole row groups
+    pairs = [rand_q8(n, k) for _ in range(twins)]
+    want_calls = []
+    for glu in (False, True):
+        plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu)
+        ring = wg_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu)
+        assert all(p.ring is not None for p in ring.packs) and all(p.ring is None for p in plain.packs)
+        cols = n // 2 if glu else n
+        for m in (17, 40, 64):
+            xs = [rand_x(m - 5 * t, k, torch.bfloat16) for t in range(twins)]
+            invs = [torch.rand(x.shape[0], generator=GEN).add(0.5).cuda() for x in xs]
+            outs = [(torch.bfloat16, False), (torch.float16, True)] if glu else [(torch.float32, False), (torch.bfloat16, False)]
+            for dt, h16 in outs + [None]:
+                got, want = [], []
+                for be, w, sink in ((wg_backend, ring, got), (policy_backend, plain, want)):
+                    if dt is None:   # no epilogue: the plain matmul (a gate/up: silu(gate) * up alone)
+                        ys = [poisoned(x.shape[0], cols, torch.bfloat16 if glu else torch.float32) for x in xs]
+                        if twins == 1:
+                            be.matmul(xs[0], w, 0, out=ys[0])
+                        else:
+                            be.matmul_twins(xs[0], xs[1], w, outs=tuple(ys))
+                    else:
+                        ys = [poisoned(x.shape[0], cols, dt) for x in xs]
+                        be.matmul_epi(list(range(twins)), xs, w, ys, Epilogue(-(-k // 16), 0.0, inv=invs, h16=h16))
+                    sink.extend(ys)
+                out_dt = torch.bfloat16 if dt is None and glu else torch.float32 if dt is None else dt
+                want_calls.append(wg_backend.wg_kernel(m, out_dt, glu)[0])
+                for y, z in zip(got, want):
+                    assert not torch.isnan(y).any()
+                    assert torch.equal(y.view(torch.int32 if y.dtype == torch.float32 else torch.int16),
+                                       z.view(torch.int32 if z.dtype == torch.float32 else torch.int16)), (glu, m, dt)
+                if dt == torch.float32:   # against float64: inv * (x W^T)
+                    for y, x, iv, (q, dd) in zip(got, xs, invs, pairs):
+                        ref = (x.double().cpu() @ dense64(q, dd, k).T) * iv.double().cpu()[:, None]
+                        err = (y.double().cpu() - ref).abs().max(dim=1).values
+                        assert (err <= 1e-5 * ref.norm(dim=1)).all()
+    assert wg_calls == want_calls   # one launch a call, both twins in it
 
 
 def test_hopper_kernels_integer_cases_exact(wg_backend, wg_calls):

@@ -1,0 +1,46 @@
+#!/bin/bash
+# Session 27's H200 calls: the backend's Hopper path (PTI_WGMMA=1) on the card.  carry [".whl"].
+#   bash docs/bench/wg_call.sh STEP...   steps, in the order given:
+#     hopper   the Hopper tests alone (tests/gpu/test_kernels_gpu.py -k hopper, PTI_WGMMA=1)
+#     table    the kernel table of 28672x4096 (the one matrix of width class "x") with and without the path
+#     test     make test-gpu;   test-wg: make test-gpu with PTI_WGMMA=1
+#     synth    pti bench --synthetic 8b, sequences 1,16,32,64, with and without the path
+# Results in $OUT (run.log, JSON).
+cd "$(dirname "$0")/../.." || exit 1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+source scripts/device_cache.sh
+LOG=$OUT/run.log
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader;
+  echo "sources: $(LC_ALL=C; cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum | cut -c1-16)"; } >> "$LOG" 2>&1
+step() { echo "== $(date -u +%T) $*" >> "$LOG"; }
+for s in "$@"; do case $s in
+hopper)
+  step hopper tests
+  PTI_WGMMA=1 timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_kernels_gpu.py -k hopper 2>&1 | tail -30 >> "$LOG" ;;
+table)
+  for wg in 1 0; do
+    step "kernel table PTI_WGMMA=$wg"
+    PTI_WGMMA=$wg timeout 120 python3 - "$OUT/kernels_wg$wg.json" >> "$LOG" 2>&1 <<'PY'
+import json, sys
+from pti_cli.bench_kernels import bench_kernels, print_table
+res = bench_kernels(shapes=((28672, 4096),), ms=(1, 16, 32, 64))
+print_table(res)
+open(sys.argv[1], "w").write(json.dumps(res, indent=1))
+PY
+  done ;;
+test)
+  step make test-gpu
+  timeout 150 make test-gpu PYTHON=python3 2>&1 | tail -8 >> "$LOG" ;;
+test-wg)
+  step PTI_WGMMA=1 make test-gpu
+  PTI_WGMMA=1 timeout 180 make test-gpu PYTHON=python3 2>&1 | tail -25 >> "$LOG" ;;
+synth)
+  for wg in 0 1; do
+    step "bench --synthetic 8b PTI_WGMMA=$wg"
+    PTI_WGMMA=$wg timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,16,32,64 --repeats 3 \
+        --json "$OUT/synth_8b_wg$wg.json" 2>&1 | grep -v "^[┏┡└]" | tail -14 >> "$LOG"
+  done ;;
+esac; done
+step done
