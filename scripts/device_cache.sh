@@ -18,9 +18,12 @@ import os, torch
 from pti_cli.backends.compile import cache_path, device_arch
 major, minor = torch.cuda.get_device_capability()
 hopper = os.environ.get('PTI_WGMMA', '0') == '1'
-for n, arch in (('pti_kernel.hip', device_arch(major, minor, hopper)), ('pti_ops.hip', f'sm_{major}{minor}')):
+# (PTI_WGMMA=1: the tests also build a backend without the Hopper kernels, so both of pti_kernel.hip's)
+for n, arch in (('pti_kernel.hip', device_arch(major, minor, hopper)), ('pti_kernel.hip', f'sm_{major}{minor}'),
+                ('pti_ops.hip', f'sm_{major}{minor}')):
     p = cache_path('cuda', arch, n)
     if p.is_file():
         print('pti-cache/kernels/' + p.name)") || return 1
+    names=$(echo "$names" | sort -u)
     [ -n "$names" ] && tar -cf "${OUT:-/tmp/out}/kcache.tar" -C "$PWD/.carry" $names
 }

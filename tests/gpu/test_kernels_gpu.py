@@ -418,7 +418,7 @@ def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_ba
             xs = [rand_x(m - 5 * t, k, torch.bfloat16) for t in range(twins)]
             invs = [torch.rand(x.shape[0], generator=GEN).add(0.5).cuda() for x in xs]
             outs = [(torch.bfloat16, False), (torch.float16, True)] if glu else [(torch.float32, False), (torch.bfloat16, False)]
-            for dt, h16 in outs + [None]:
+            for dt, h16 in outs + [(None, False)]:
                 got, want = [], []
                 for be, w, sink in ((wg_backend, ring, got), (policy_backend, plain, want)):
                     if dt is None:   # no epilogue: the plain matmul (a gate/up: silu(gate) * up alone)
