@@ -35,7 +35,7 @@ test)
   timeout 150 make test-gpu PYTHON=python3 2>&1 | tail -8 >> "$LOG" ;;
 test-wg)
   step PTI_WGMMA=1 make test-gpu
-  PTI_WGMMA=1 timeout 180 make test-gpu PYTHON=python3 2>&1 | tail -25 >> "$LOG" ;;
+  PTI_WGMMA=1 timeout 240 make test-gpu PYTHON=python3 2>&1 | tail -25 >> "$LOG" ;;
 synth)
   for wg in 0 1; do
     step "bench --synthetic 8b PTI_WGMMA=$wg"
