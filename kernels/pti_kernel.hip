@@ -773,44 +773,50 @@ __device__ __forceinline__ unsigned long long pti_wg_desc(unsigned addr) {
 #define PTI_WG_IN "+f"
 #define PTI_WG_OUT "=f"
 // D = A B (FIRST: D not read) or D += A B for one k16: A this warp's 16 rows from registers, B from
-// shared memory (desc); NR activation rows (the wgmma's N).
-template <int NR, bool FIRST>
+// shared memory (desc); NR activation rows (the wgmma's N); TIN: bf16 (0) or f16 (1) operands.
+#define PTI_WG_MMA(TY, NR, FIRST)                                                                              \
+    if (NR == 16 && FIRST)                                                                                     \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " "                               \
+                     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, 0, 1, 1, 0;\n"                          \
+                     : PTI_WG_D8(d, 0, PTI_WG_OUT)                                                             \
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));                                         \
+    if (NR == 16 && !FIRST)                                                                                    \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " "                               \
+                     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, 1, 1, 1, 0;\n"                          \
+                     : PTI_WG_D8(d, 0, PTI_WG_IN)                                                              \
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));                                         \
+    if (NR == 32 && FIRST)                                                                                     \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                               \
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 0, 1, 1, 0;\n" \
+                     : PTI_WG_D8(d, 0, PTI_WG_OUT), PTI_WG_D8(d, 8, PTI_WG_OUT)                                \
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));                                         \
+    if (NR == 32 && !FIRST)                                                                                    \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                               \
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n" \
+                     : PTI_WG_D8(d, 0, PTI_WG_IN), PTI_WG_D8(d, 8, PTI_WG_IN)                                  \
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));                                         \
+    if (NR == 64 && FIRST)                                                                                     \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                               \
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"  \
+                     "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 0, 1, 1, 0;\n"                 \
+                     : PTI_WG_D8(d, 0, PTI_WG_OUT), PTI_WG_D8(d, 8, PTI_WG_OUT), PTI_WG_D8(d, 16, PTI_WG_OUT), \
+                       PTI_WG_D8(d, 24, PTI_WG_OUT)                                                            \
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));                                         \
+    if (NR == 64 && !FIRST)                                                                                    \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                               \
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"  \
+                     "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"                 \
+                     : PTI_WG_D8(d, 0, PTI_WG_IN), PTI_WG_D8(d, 8, PTI_WG_IN), PTI_WG_D8(d, 16, PTI_WG_IN),   \
+                       PTI_WG_D8(d, 24, PTI_WG_IN)                                                             \
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+template <int NR, bool FIRST, int TIN = 0>
 __device__ __forceinline__ void pti_wg_mma(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                            unsigned long long desc) {
-    if (NR == 16 && FIRST)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, 0, 1, 1, 0;\n"
-                     : PTI_WG_D8(d, 0, PTI_WG_OUT)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-    if (NR == 16 && !FIRST)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, 1, 1, 1, 0;\n"
-                     : PTI_WG_D8(d, 0, PTI_WG_IN)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-    if (NR == 32 && FIRST)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 0, 1, 1, 0;\n"
-                     : PTI_WG_D8(d, 0, PTI_WG_OUT), PTI_WG_D8(d, 8, PTI_WG_OUT)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-    if (NR == 32 && !FIRST)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n"
-                     : PTI_WG_D8(d, 0, PTI_WG_IN), PTI_WG_D8(d, 8, PTI_WG_IN)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-    if (NR == 64 && FIRST)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-                     "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 0, 1, 1, 0;\n"
-                     : PTI_WG_D8(d, 0, PTI_WG_OUT), PTI_WG_D8(d, 8, PTI_WG_OUT), PTI_WG_D8(d, 16, PTI_WG_OUT),
-                       PTI_WG_D8(d, 24, PTI_WG_OUT)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-    if (NR == 64 && !FIRST)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-                     "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"
-                     : PTI_WG_D8(d, 0, PTI_WG_IN), PTI_WG_D8(d, 8, PTI_WG_IN), PTI_WG_D8(d, 16, PTI_WG_IN),
-                       PTI_WG_D8(d, 24, PTI_WG_IN)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+    if (TIN == 0) {
+        PTI_WG_MMA("bf16", NR, FIRST)
+    } else {
+        PTI_WG_MMA("f16", NR, FIRST)
+    }
 }
 
 // The policy's step after a block's wgmmas have been waited for: acc = fma(scale, D, acc), the scale word's
@@ -828,18 +834,18 @@ __device__ __forceinline__ void pti_wg_scale(float* acc, float* d, unsigned sc) 
 // One block: the warp's 16 weight rows of it (w, this lane's 16 bytes) to bf16 A fragments, two chained
 // k16 wgmmas (the first overwrites D; desc0, desc1: the tile's two k16 halves, 256 bytes apart: passed
 // apart, since a descriptor plus an offset made ptxas spill in the probe's long form), wait, pti_wg_scale.
-template <int NR>
+template <int NR, int TIN = 0>
 __device__ __forceinline__ void pti_wg_block(float* acc, const uint4& w, unsigned long long desc0,
                                              unsigned long long desc1, unsigned sc, const PtiCvt& k) {
     unsigned a[8];
-    pti_cvt4<0, false>(w.x, a[0], a[2], k);
-    pti_cvt4<0, false>(w.y, a[4], a[6], k);
-    pti_cvt4<0, false>(w.z, a[1], a[3], k);
-    pti_cvt4<0, false>(w.w, a[5], a[7], k);
+    pti_cvt4<TIN, false>(w.x, a[0], a[2], k);
+    pti_cvt4<TIN, false>(w.y, a[4], a[6], k);
+    pti_cvt4<TIN, false>(w.z, a[1], a[3], k);
+    pti_cvt4<TIN, false>(w.w, a[5], a[7], k);
     float d[NR / 2];
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    pti_wg_mma<NR, true>(d, a[0], a[1], a[2], a[3], desc0);
-    pti_wg_mma<NR, false>(d, a[4], a[5], a[6], a[7], desc1);
+    pti_wg_mma<NR, true, TIN>(d, a[0], a[1], a[2], a[3], desc0);
+    pti_wg_mma<NR, false, TIN>(d, a[4], a[5], a[6], a[7], desc1);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     pti_wg_scale<NR / 2>(acc, d, sc);
@@ -951,9 +957,9 @@ struct PtiWgArgs {
     const float* inv[2];  // each row's inv (the RMSNorm's scale, PtiArgs.inv), or null: none
     int M[2];
     int N, nb, ldy;
-    int h16;              // PtiArgs.h16 bit 0: silu(gate) * up comes out as h16
+    int h16;              // PtiArgs.h16: bit 0, silu(gate) * up comes out as h16; bit 1, h16 inputs give bf16
 };
-template <int TOUT, int MT, int PB, int S>
+template <int TIN, int TOUT, int MT, int PB, int S>
 __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     constexpr int NR = 8 * MT, ND = NR / 2, T = 256, R = 8;
     constexpr int PHASE = PB * NR * 64, WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB), SLOT = WSTAGE + PHASE;
@@ -986,7 +992,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     }
     __syncthreads();
     pti_pdl_trigger();
-    const PtiCvt k = pti_cvt_masks<0>(0u);
+    const PtiCvt k = pti_cvt_masks<TIN>(0u);
     pti_pdl_wait();
     if (tid == 0)   // the tiles must (their bytes are already in the barriers' counts)
         for (int i = 0; i < min(S, nst); ++i) fill(i, i, 2);
@@ -1015,7 +1021,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
                 asm volatile("ld.shared.u32 %0, [%1];" : "=r"(sn) : "r"(ws + (u + 1) * SB) : "memory");
             }
             const unsigned long long desc = desc0 + ((st * SLOT + u * NR * 64) >> 4);   // no carry: < 256 KB
-            pti_wg_block<NR>(acc, w, desc, desc + (256 >> 4), sc, k);
+            pti_wg_block<NR, TIN>(acc, w, desc, desc + (256 >> 4), sc, k);
         }
         if (--left == 0) {   // a slice done: v = p0, then v += p_slice, each thread its own elements
             left = nphs;
@@ -1054,7 +1060,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             if (m >= M || n >= a.N) continue;
             float v = run[i * T + tid];
             if (inv) v = __fmul_rn(v, inv[m]);
-            pti_store<0, TOUT>(y, (pti_u64)m * a.ldy + n, v);
+            pti_store<TIN, TOUT>(y, (pti_u64)m * a.ldy + n, v, (a.h16 & 2) != 0);
         }
     }
 }
@@ -1085,23 +1091,26 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     *(uint4*)(out + (pti_u64)j * nr * 32 + (r >> 3) * 256 + w * 64 + (r & 7) * 8) = v;
 }
 
-// pti_wg_{bf16_f32,bf16_out,bf16_glu}_m{MT}: MT tiles of 8 rows (17-32 rows: m4, 33-64: m8), PB and S as
-// measured best on 28672x4096 (docs/perf.md, session 26: m4_w2_b4_r3_o2_c1_x1, m8_w2_b2_r4_o2_c1_x1); two
-// CTAs a SM.
-#define PTI_WG(NAME, TOUT, MT, PB, S)                                                                   \
+// pti_wg_{bf16,f16}_{f32,out,glu}_m{MT}: bf16 or f16 (h16) inputs, MT tiles of 8 rows (17-32 rows: m4,
+// 33-64: m8), PB and S as measured best on 28672x4096 (docs/perf.md, session 26: m4_w2_b4_r3_o2_c1_x1,
+// m8_w2_b2_r4_o2_c1_x1); two CTAs a SM.
+#define PTI_WG(NAME, TIN, TOUT, MT, PB, S)                                                              \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
         void* ya, void* yb, const float* ia, const float* ib, int Ma, int Mb, int N, int nb, int ldy,    \
         int h16) {                                                                                       \
         const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {ia, ib}, {Ma, Mb}, N, nb, ldy, h16}; \
-        pti_wg_mm<TOUT, MT, PB, S>(a);                                                                  \
+        pti_wg_mm<TIN, TOUT, MT, PB, S>(a);                                                             \
     }
-PTI_WG(pti_wg_bf16_f32_m4, 0, 4, 4, 3)
-PTI_WG(pti_wg_bf16_out_m4, 1, 4, 4, 3)
-PTI_WG(pti_wg_bf16_glu_m4, 2, 4, 4, 3)
-PTI_WG(pti_wg_bf16_f32_m8, 0, 8, 2, 4)
-PTI_WG(pti_wg_bf16_out_m8, 1, 8, 2, 4)
-PTI_WG(pti_wg_bf16_glu_m8, 2, 8, 2, 4)
+#define PTI_WG_ALL(TY, TIN)                            \
+    PTI_WG(pti_wg_##TY##_f32_m4, TIN, 0, 4, 4, 3)      \
+    PTI_WG(pti_wg_##TY##_out_m4, TIN, 1, 4, 4, 3)      \
+    PTI_WG(pti_wg_##TY##_glu_m4, TIN, 2, 4, 4, 3)      \
+    PTI_WG(pti_wg_##TY##_f32_m8, TIN, 0, 8, 2, 4)      \
+    PTI_WG(pti_wg_##TY##_out_m8, TIN, 1, 8, 2, 4)      \
+    PTI_WG(pti_wg_##TY##_glu_m8, TIN, 2, 8, 2, 4)
+PTI_WG_ALL(bf16, 0)
+PTI_WG_ALL(f16, 1)
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 

@@ -274,10 +274,10 @@ class KernelBackend(Backend):
         return KernelMatrix(packs, plane, rows, cols, len(packs) == 1, glu=glu)
 
     def wg_eligible(self, p: Packed) -> bool:
-        """Whether the Hopper kernels can take p: bf16 weights, a tall matrix (width class "x"), whole
-        units of row groups and K in whole phases of every slice."""
+        """Whether the Hopper kernels can take p: a tall matrix (width class "x"), whole units of row
+        groups and K in whole phases of every slice (bf16 inputs, or f16 and h16: their f16 forms)."""
         g, nb = p.q.shape[:2]
-        return (self.wgmma and p.code == "bf16" and width_class(p.rows / 16 / self.sm_count) == "x"
+        return (self.wgmma and width_class(p.rows / 16 / self.sm_count) == "x"
                 and g % RING_GROUPS == 0 and nb % 32 == 0)
 
     def with_ring(self, p: Packed) -> Packed:
@@ -287,11 +287,13 @@ class KernelBackend(Backend):
             p.ring = ring_pack(p)
         return p
 
-    def wg_kernel(self, m: int, out: torch.dtype, glu: bool = False) -> tuple[str, int]:
-        """The Hopper kernel for m rows (WG_VARIANTS) writing `out` (float32, or the activations' bf16), or
-        silu(gate) * up (glu), and its activation rows (8 MT)."""
+    def wg_kernel(self, m: int, out: torch.dtype, glu: bool = False, code: str = "bf16") -> tuple[str, int]:
+        """The Hopper kernel for m rows (WG_VARIANTS) of a matrix of that encoding (repack.CODES: bf16
+        inputs, or f16 for f16 and h16) writing `out` (float32, or 16-bit), or silu(gate) * up (glu), and its
+        activation rows (8 MT)."""
         mt = next(v[1] for v in WG_VARIANTS if m <= v[0])
-        return f"pti_wg_bf16_{'glu' if glu else 'f32' if out == torch.float32 else 'out'}_m{mt}", 8 * mt
+        tin = "bf16" if code == "bf16" else "f16"
+        return f"pti_wg_{tin}_{'glu' if glu else 'f32' if out == torch.float32 else 'out'}_m{mt}", 8 * mt
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: their epilogue
@@ -578,8 +580,7 @@ class CudaBackend(KernelBackend):
         shared memory (two CTAs of about 100 KB), not the matmuls' pinned carveout."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
         for _, mt, pb, slots in WG_VARIANTS:
-            for out in ("f32", "out", "glu"):
-                n = f"pti_wg_bf16_{out}_m{mt}"
+            for n in (f"pti_wg_{t}_{out}_m{mt}" for t in ("bf16", "f16") for out in ("f32", "out", "glu")):
                 f = self.wg_funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                 self.smem[n] = wg_smem(mt, pb, slots)
                 _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -598,8 +599,8 @@ class CudaBackend(KernelBackend):
         live = [i for i, x in enumerate(xs) if x.shape[0]]   # a twin may have no rows
         invs = list(epi.inv) if epi is not None else [None] * len(xs)
         packs, xs, ys, invs = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live], [invs[i] for i in live]
-        name, nr = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu)
         rp = [p.ring for p in packs]
+        name, nr = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code)
         g, nb = rp[0].q.shape[:2]
         if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 2 or x.data_ptr() % 4 for x in xs):
             xs = [x.contiguous() for x in xs]   # pti_wg_tiles: one row stride, 4-byte words
@@ -618,7 +619,7 @@ class CudaBackend(KernelBackend):
         (qa, qb), (sa, sb), (ya, yb) = two([p.q.data_ptr() for p in rp]), two([p.s.data_ptr() for p in rp]), \
             two([y.data_ptr() for y in ys])
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
-        h16 = int(epi is not None and epi.h16)
+        h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16")   # as Epilogue.args
         launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS, len(xs)), (THREADS,), self.smem[name], stream,
                       ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16),
                        (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6), self.pdl, f"launch {name}")

@@ -400,25 +400,28 @@ def test_hopper_kernels_give_the_policy_bits(policy_backend, wg_backend, wg_call
 
 
 @pytest.mark.parametrize("twins", [1, 2])
-def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_backend, wg_calls, twins):
+@pytest.mark.parametrize("h16", [False, True])
+def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_backend, wg_calls, twins, h16):
     """silu(gate) * up (bf16, or h16 for an h16 matrix after it) and each row scaled by its given inv (the
-    RMSNorm's epilogue, Epilogue.inv_only): bit for bit the policy kernels' outputs."""
+    RMSNorm's epilogue, Epilogue.inv_only), for a bf16 matrix and an h16 one (f16 inputs, bf16 outputs):
+    bit for bit the policy kernels' outputs."""
     if not hopper(wg_backend):
         return
     from pti_cli.backends.cuda import Epilogue
+    from pti_cli.backends.repack import H16_SHIFT
     n, k = tall(wg_backend) + 8, 1024   # a gate/up's rows: whole row groups
     pairs = [rand_q8(n, k) for _ in range(twins)]
     want_calls = []
     for glu in (False, True):
-        plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu)
-        ring = wg_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu)
+        plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu, h16=h16)
+        ring = wg_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu, h16=h16)
         assert all(p.ring is not None for p in ring.packs) and all(p.ring is None for p in plain.packs)
         cols = n // 2 if glu else n
         for m in (17, 40, 64):
-            xs = [rand_x(m - 5 * t, k, torch.bfloat16) for t in range(twins)]
+            xs = [rand_x(m - 5 * t, k, torch.float16 if h16 else torch.bfloat16) for t in range(twins)]
             invs = [torch.rand(x.shape[0], generator=GEN).add(0.5).cuda() for x in xs]
             outs = [(torch.bfloat16, False), (torch.float16, True)] if glu else [(torch.float32, False), (torch.bfloat16, False)]
-            for dt, h16 in outs + [(None, False)]:
+            for dt, h16_out in outs + [(None, False)]:
                 got, want = [], []
                 for be, w, sink in ((wg_backend, ring, got), (policy_backend, plain, want)):
                     if dt is None:   # no epilogue: the plain matmul (a gate/up: silu(gate) * up alone)
@@ -429,17 +432,17 @@ def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_ba
                             be.matmul_twins(xs[0], xs[1], w, outs=tuple(ys))
                     else:
                         ys = [poisoned(x.shape[0], cols, dt) for x in xs]
-                        be.matmul_epi(list(range(twins)), xs, w, ys, Epilogue(-(-k // 16), 0.0, inv=invs, h16=h16))
+                        be.matmul_epi(list(range(twins)), xs, w, ys, Epilogue(-(-k // 16), 0.0, inv=invs, h16=h16_out))
                     sink.extend(ys)
                 out_dt = torch.bfloat16 if dt is None and glu else torch.float32 if dt is None else dt
-                want_calls.append(wg_backend.wg_kernel(m, out_dt, glu)[0])
+                want_calls.append(wg_backend.wg_kernel(m, out_dt, glu, "h16" if h16 else "bf16")[0])
                 for y, z in zip(got, want):
                     assert not torch.isnan(y).any()
                     assert torch.equal(y.view(torch.int32 if y.dtype == torch.float32 else torch.int16),
                                        z.view(torch.int32 if z.dtype == torch.float32 else torch.int16)), (glu, m, dt)
-                if dt == torch.float32:   # against float64: inv * (x W^T)
+                if dt == torch.float32:   # against float64: inv * (x W^T), an h16 matrix's scales times 2^H16_SHIFT
                     for y, x, iv, (q, dd) in zip(got, xs, invs, pairs):
-                        ref = (x.double().cpu() @ dense64(q, dd, k).T) * iv.double().cpu()[:, None]
+                        ref = (x.double().cpu() @ dense64(q, dd, k).T) * iv.double().cpu()[:, None] * 2.0 ** (H16_SHIFT * h16)
                         err = (y.double().cpu() - ref).abs().max(dim=1).values
                         assert (err <= 1e-5 * ref.norm(dim=1)).all()
     assert wg_calls == want_calls   # one launch a call, both twins in it
