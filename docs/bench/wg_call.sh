@@ -4,7 +4,7 @@
 #     hopper   the Hopper tests alone (tests/gpu/test_kernels_gpu.py -k hopper, PTI_WGMMA=1)
 #     table    the kernel table of 28672x4096 (the one matrix of width class "x") with and without the path
 #     test     make test-gpu;   test-wg: make test-gpu with PTI_WGMMA=1
-#     synth    pti bench --synthetic 8b, sequences 1,16,32,64, with and without the path
+#     synth    pti bench --synthetic 8b, sequences 1,16,32,64, twins a and ab, with and without the path
 # Results in $OUT (run.log, JSON).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -39,8 +39,8 @@ test-wg)
 synth)
   for wg in 0 1; do
     step "bench --synthetic 8b PTI_WGMMA=$wg"
-    PTI_WGMMA=$wg timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,16,32,64 --repeats 3 \
-        --json "$OUT/synth_8b_wg$wg.json" 2>&1 | grep -v "^[┏┡└]" | tail -14 >> "$LOG"
+    PTI_WGMMA=$wg timeout 200 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,16,32,64 --twins a,ab --repeats 3 \
+        --json "$OUT/synth_8b_wg$wg.json" 2>&1 | grep -v "^[┏┡└]" | tail -22 >> "$LOG"
   done ;;
 esac; done
 step done
