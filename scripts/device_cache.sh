@@ -15,10 +15,10 @@ kcache_save() {
     local names
     names=$(python3 -c "
 import os, torch
-from pti_cli.backends.compile import cache_path, device_arch
+from pti_cli.backends.compile import cache_path, device_arch, hopper_wanted
 major, minor = torch.cuda.get_device_capability()
-hopper = os.environ.get('PTI_WGMMA', '0') == '1'
-# (PTI_WGMMA=1: the tests also build a backend without the Hopper kernels, so both of pti_kernel.hip's)
+hopper = hopper_wanted()
+# (the GPU tests build backends with and without the Hopper kernels: both of pti_kernel.hip's binaries)
 for n, arch in (('pti_kernel.hip', device_arch(major, minor, hopper)), ('pti_kernel.hip', f'sm_{major}{minor}'),
                 ('pti_ops.hip', f'sm_{major}{minor}')):
     p = cache_path('cuda', arch, n)

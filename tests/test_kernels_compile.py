@@ -324,6 +324,47 @@ def test_width_classes_pick_the_policy():
             assert variant_for(twins, limit, "n") == names["n"]
 
 
+def test_hopper_setting_and_ring_reserve(monkeypatch):
+    """PTI_WGMMA: on unless "0" (sm_90a on sm_90 only), a clear error for anything else; a ring copy is
+    made only while RING_RESERVE of the card's memory stays free after ring_pack's peak (twice the matrix)."""
+    from pti_cli.backends.compile import device_arch, hopper_wanted
+    from pti_cli.backends.cuda import RING_RESERVE, ring_fits
+    from pti_cli.errors import PtiError
+    monkeypatch.delenv("PTI_WGMMA", raising=False)
+    assert hopper_wanted()
+    monkeypatch.setenv("PTI_WGMMA", "0")
+    assert not hopper_wanted()
+    for bad in ("yes", "2", ""):
+        monkeypatch.setenv("PTI_WGMMA", bad)
+        with pytest.raises(PtiError, match="PTI_WGMMA"):
+            hopper_wanted()
+    assert [device_arch(9, 0, True), device_arch(9, 0, False), device_arch(8, 0, True), device_arch(10, 0, True)] \
+        == ["sm_90a", "sm_90", "sm_80", "sm_100"]
+    total = 100 << 30
+    reserve = int(RING_RESERVE * total)
+    assert ring_fits(reserve + (2 << 30), total, 1 << 30)
+    assert not ring_fits(reserve + (2 << 30) - 1, total, 1 << 30)
+    assert not ring_fits(total, total, total)
+
+
+def test_hopper_kernel_names_match_the_kernel_source():
+    """Every Hopper kernel the host loads is instantiated, for sm_90a only, with the tiles, blocks a phase
+    and slots of its WG_VARIANTS entry, and the input and output types its name says."""
+    import re
+    from pti_cli.backends.compile import kernel_source
+    from pti_cli.backends.cuda import WG_VARIANTS
+    src = kernel_source()
+    guarded = src[src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)"):]
+    assert "pti_wg_mm<" not in src[:src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")]
+    inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
+            for m in re.finditer(r"PTI_WG\(pti_wg_##TY##_(\w+), TIN, ([\d, ]+)\)", guarded)}
+    assert re.findall(r"^PTI_WG_ALL\((\w+), (\d)\)", guarded, re.M) == [("bf16", "0"), ("f16", "1")]
+    for _, mt, pb, slots in WG_VARIANTS:
+        for out, tout in (("f32", 0), ("out", 1), ("glu", 2)):
+            assert inst.pop(f"{out}_m{mt}") == (tout, mt, pb, slots)
+    assert not inst
+
+
 def test_matmul_carveout_setting(monkeypatch):
     """The matmul kernels' shared-memory carveout: the measured default, a percentage from
     PTI_CARVEOUT_MM, `driver` for none, and a clear error for anything else."""

@@ -44,9 +44,18 @@ class Compiled:
     resources: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+def hopper_wanted() -> bool:
+    """PTI_WGMMA: "1" (the default) builds kernels/pti_kernel.hip for sm_90a on sm_90 and loads its Hopper
+    matmul; "0": the sm_90 build, the policy kernels only (A/B runs, or to save the ring copies' memory)."""
+    v = os.environ.get("PTI_WGMMA", "1")
+    if v not in ("0", "1"):
+        raise PtiError(f"PTI_WGMMA must be 0 or 1, not {v!r}")
+    return v == "1"
+
+
 def device_arch(major: int, minor: int, hopper: bool = False) -> str:
     """The NVRTC target for a device of compute capability major.minor: with hopper, sm_90a on sm_90 (its
-    'a' features, wgmma, for kernels/pti_kernel.hip's Hopper matmul; PTI_WGMMA=1), else sm_XX."""
+    'a' features, wgmma, for kernels/pti_kernel.hip's Hopper matmul; hopper_wanted), else sm_XX."""
     return "sm_90a" if hopper and (major, minor) == (9, 0) else f"sm_{major}{minor}"
 
 

@@ -58,14 +58,22 @@ TWIN_KERNEL_MAX_ROWS = 8
 INV_VARIANTS = tuple(dict.fromkeys(v for lim, names in TC_VARIANTS[1] if lim > 8 for v in names.values()))
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
-# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, with PTI_WGMMA=1): 17-64 rows of tall
-# matrices (width class "x"), bf16 activations, from a second copy of the matrix in the ring layout
-# (repack.ring_pack, Packed.ring), with the policy kernels' bits.  Opt-in: the copy doubles those matrices'
-# memory, and this path has passed its bit checks only as scripts/wgmma_probe.py (docs/perf.md, session
-# 26).  By rows: (max rows, tiles of 8 rows, blocks a phase, ring slots), as pti_kernel.hip's PTI_WG
-# lines; at 16 rows the policy is as fast.
+# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, unless PTI_WGMMA=0): 17-64 rows of tall
+# matrices (width class "x": an 8B model's gate/up and head), bf16 or f16 (h16) inputs, from a second copy
+# of the matrix in the ring layout (repack.ring_pack, Packed.ring), with the policy kernels' bits
+# (docs/perf.md, session 27: gate/up x1.30 and x1.84 of one row's time at 32 and 64 rows, the policy's
+# x1.94 and x3.36).  The copy doubles those matrices' memory: it is made only while RING_RESERVE of
+# the card's memory stays free.  By rows: (max rows, tiles of 8 rows, blocks a phase, ring slots), as
+# pti_kernel.hip's PTI_WG lines; at 16 rows the policy is as fast.
 WG_VARIANTS = ((32, 4, 4, 3), (64, 8, 2, 4))
 WG_MIN_ROWS = 17
+RING_RESERVE = 0.25   # of the card's memory, left free by the ring copies (the KV cache, the pass's buffers)
+
+
+def ring_fits(free: int, total: int, nbytes: int) -> bool:
+    """Whether a ring copy of a matrix of nbytes fits: ring_pack's peak (the copy and a temporary)
+    leaves RING_RESERVE of the card's `total` bytes of its `free` ones."""
+    return free - 2 * nbytes >= RING_RESERVE * total
 
 
 def wg_smem(mt: int, pb: int, slots: int) -> int:
@@ -217,7 +225,7 @@ class KernelBackend(Backend):
         self.act_dtype = act_dtype
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
-        self.wgmma = False   # the Hopper kernels are loaded (CUDA backend on sm_90 with PTI_WGMMA=1)
+        self.wgmma = False   # the Hopper kernels are loaded (CUDA backend on sm_90 unless PTI_WGMMA=0)
         self._tiles: dict[int, torch.Tensor] = {}   # their activation tiles by blocks a row (launch_wg): kept
                                                      # for good, since captured graphs hold their address
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
@@ -281,10 +289,14 @@ class KernelBackend(Backend):
                 and g % RING_GROUPS == 0 and nb % 32 == 0)
 
     def with_ring(self, p: Packed) -> Packed:
-        """p, with its ring-layout copy for the Hopper kernels when they are loaded (PTI_WGMMA=1) and can
-        take it.  The copy doubles the matrix's memory."""
+        """p, with its ring-layout copy for the Hopper kernels when they are loaded, can take it, and the
+        copy fits (ring_fits: free memory, torch's cached blocks included).  The copy doubles the
+        matrix's memory; a matrix without one takes the policy kernels, with the same bits."""
         if p.ring is None and self.wg_eligible(p):
-            p.ring = ring_pack(p)
+            free, total = torch.cuda.mem_get_info(self.device)
+            cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+            if ring_fits(free + cached, total, p.nbytes):
+                p.ring = ring_pack(p)
         return p
 
     def wg_kernel(self, m: int, out: torch.dtype, glu: bool = False, code: str = "bf16") -> tuple[str, int]:
@@ -539,11 +551,11 @@ class CudaBackend(KernelBackend):
         except ImportError:
             raise PtiError("the cuda backend needs cuda-python: pip install 'cuda-bindings>=13.0' "
                            "'nvidia-cuda-nvrtc>=13.0'") from None
-        from .compile import cached_binary, device_arch
+        from .compile import cached_binary, device_arch, hopper_wanted
 
         self._drv = driver
         major, minor = torch.cuda.get_device_capability(self.device)
-        self.arch = device_arch(major, minor, hopper=os.environ.get("PTI_WGMMA", "0") == "1")
+        self.arch = device_arch(major, minor, hopper=hopper_wanted())
         if major < 8 and not self.generic:
             self.generic = True      # no bf16 MMA before sm_80: the portable kernel
         torch.cuda.init()

@@ -309,7 +309,7 @@ def test_every_matmul_kernel_has_the_pinned_carveout(backend):
         assert int(err) == 0 and value == MM_CARVEOUT, (name, err, value)
 
 
-# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, PTI_WGMMA=1): 17-64 rows of a tall matrix
+# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, unless PTI_WGMMA=0): 17-64 rows of a tall matrix
 # (width class "x") from its ring-layout copy.  They must give the policy kernels' bits.
 
 def backend_with_wgmma(flag: str):
@@ -335,7 +335,7 @@ def wg_backend():
 
 @pytest.fixture(scope="module")
 def policy_backend():
-    """A backend without them (sm_90: the policy kernels only), also when the suite runs with PTI_WGMMA=1."""
+    """A backend without them (sm_90: the policy kernels only), whatever PTI_WGMMA says."""
     return backend_with_wgmma("0")
 
 
