@@ -328,9 +328,11 @@ def bench_synthetic(size: str, seqs: list[int], specs: list[str], twins_list: li
     rows, notes, model_info = [], [], {}
     for tw in twins_list:
         model = build_model(size, device, tw, max_seqs, max_ctx, ops, backend)
-        model_info[tw] = {"size": size, "matrix_bytes": model.w.matrix_bytes(), "ops": model.ops.name,
-                          "matmul": "kernels" if backend is not None else "torch",
+        model_info[tw] = {"size": size, "matrix_bytes": model.w.matrix_bytes(), "ring_bytes": model.w.ring_bytes(),
+                          "ops": model.ops.name, "matmul": "kernels" if backend is not None else "torch",
                           "shape": asdict(model.shape)}
+        if model_info[tw]["ring_bytes"]:
+            log(f"twins {tw}: the Hopper kernels' ring copies hold {model_info[tw]['ring_bytes'] / 1e9:.2f} GB more")
         base_ids = None
         plan = [Setting(n, sp, tw) for sp in specs for n in seqs]
         if tw == "a" and not any(p.seqs == 1 and p.spec == "none" for p in plan):

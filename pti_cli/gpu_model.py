@@ -298,10 +298,18 @@ class Weights:
     output: Any
     h16: frozenset = frozenset()   # the matrices that take h16 inputs (h16_roles)
 
+    def matrices(self) -> list:
+        return [self.output] + [m for lw in self.layers for m in (lw.wqkv, lw.wo, lw.wgu, lw.wdown)]
+
     def matrix_bytes(self) -> int:
         """Bytes of every matrix a pass reads (the embedding table excluded)."""
-        mats = [self.output] + [m for lw in self.layers for m in (lw.wqkv, lw.wo, lw.wgu, lw.wdown)]
-        return sum(m.nbytes for m in mats)
+        return sum(m.nbytes for m in self.matrices())
+
+    def ring_bytes(self) -> int:
+        """Device bytes of the Hopper kernels' second copies (Packed.ring), held besides matrix_bytes (a
+        pass reads a matrix's copy or its first layout, never both)."""
+        packs = [p for m in self.matrices() for p in getattr(getattr(m, "w", None), "packs", ())]
+        return sum(p.ring.nbytes for p in packs if p.ring is not None)
 
     def norm_bytes(self) -> int:
         vecs = [self.out_norm] + [v for lw in self.layers for v in (lw.attn_norm, lw.ffn_norm)]

@@ -110,6 +110,28 @@ def test_bytes_per_pass_and_ceiling(result, twins):
     n_weights = shape.n_layers * (shape.dim * (shape.n_heads + 2 * shape.n_kv_heads) * hd
                                   + shape.dim * shape.n_heads * hd + 3 * shape.dim * shape.ffn) + shape.vocab * shape.dim
     assert model.w.matrix_bytes() == two * n_weights * 4
+    assert model.w.ring_bytes() == 0   # the torch path: no Hopper kernels, no second copies
+
+
+def test_ring_bytes_count_the_second_copies():
+    """Weights.ring_bytes: the bytes of every Packed.ring of the kernel matrices, and nothing else."""
+    from types import SimpleNamespace
+
+    from pti_cli.backends.repack import repack_q8, ring_pack
+    model = bench.build_model("tiny", CPU, "a", 1, 8)
+    w = model.w
+    gen = torch.Generator().manual_seed(7)
+
+    def kernel_matrix(n, k, rings):
+        packs = [repack_q8(torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8),
+                           torch.rand(n, k // 32, generator=gen).half(), k) for _ in range(2)]
+        for p in packs[:rings]:
+            p.ring = ring_pack(p)
+        return SimpleNamespace(w=SimpleNamespace(packs=packs), nbytes=sum(p.nbytes for p in packs))
+
+    w.output, w.layers[0].wgu = kernel_matrix(256, 1024, 2), kernel_matrix(128, 1024, 1)
+    want = 2 * (256 * 1024 + 256 * 32 * 2) + (128 * 1024 + 128 * 32 * 2)   # int8 values + f16 scales
+    assert w.ring_bytes() == want
 
 
 def test_json_and_plot(result, tmp_path):
