@@ -3,9 +3,10 @@
 #   bash docs/bench/wg_call.sh STEP...   steps, in the order given:
 #     hopper   the Hopper tests alone (tests/gpu/test_kernels_gpu.py -k hopper, PTI_WGMMA=1)
 #     table    the kernel table of 28672x4096 (the one matrix of width class "x") with and without the path
+#     table16  the same with f16 activations (the h16 matrices' kernels: --kernel-act f16)
 #     test     make test-gpu;   test-wg: make test-gpu with PTI_WGMMA=1
 #     synth    pti bench --synthetic 8b, sequences 1,16,32,64, twins a and ab, with and without the path
-# Results in $OUT (run.log, JSON).
+# Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -19,13 +20,14 @@ for s in "$@"; do case $s in
 hopper)
   step hopper tests
   PTI_WGMMA=1 timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_kernels_gpu.py -k hopper 2>&1 | tail -30 >> "$LOG" ;;
-table)
+table|table16)
+  act=bf16; [ "$s" = table16 ] && act=f16
   for wg in 1 0; do
-    step "kernel table PTI_WGMMA=$wg"
-    PTI_WGMMA=$wg timeout 120 python3 - "$OUT/kernels_wg$wg.json" >> "$LOG" 2>&1 <<'PY'
+    step "kernel table PTI_WGMMA=$wg $act"
+    PTI_WGMMA=$wg timeout 120 python3 - "$OUT/kernels_wg${wg}_$act.json" $act >> "$LOG" 2>&1 <<'PY'
 import json, sys
 from pti_cli.bench_kernels import bench_kernels, print_table
-res = bench_kernels(shapes=((28672, 4096),), ms=(1, 16, 32, 64))
+res = bench_kernels(shapes=((28672, 4096),), ms=(1, 16, 32, 64), act=sys.argv[2])
 print_table(res)
 open(sys.argv[1], "w").write(json.dumps(res, indent=1))
 PY
