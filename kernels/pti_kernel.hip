@@ -959,31 +959,39 @@ struct PtiWgArgs {
     int N, nb, ldy;
     int h16;              // PtiArgs.h16: bit 0, silu(gate) * up comes out as h16; bit 1, h16 inputs give bf16
 };
-template <int TIN, int TOUT, int MT, int PB, int S>
+// C > 1 (the cluster form, for matrices too narrow to fill the card with one CTA a unit): a cluster of C
+// CTAs takes a unit, rank r the slices r, r + C, ... (SPC = 8 / C of them, each from the same ring layout),
+// parking each slice's sums in its shared memory; after a cluster barrier rank r adds the 8 slices' sums
+// of its share of every thread's elements in slice order (v = p0; v += p1; ...: the C = 1 running sum's
+// order) over distributed shared memory, and writes them (scripts/wgmma_probe.cu's pti_wg_cluster_out).
+template <int TIN, int TOUT, int MT, int PB, int S, int C = 1>
 __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
-    constexpr int NR = 8 * MT, ND = NR / 2, T = 256, R = 8;
+    constexpr int NR = 8 * MT, ND = NR / 2, T = 256, R = 8, SPC = 8 / C;
     constexpr int PHASE = PB * NR * 64, WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB), SLOT = WSTAGE + PHASE;
+    static_assert(C == 1 || C == 2 || C == 4 || C == 8, "a cluster takes the 8 slices in equal shares");
     extern __shared__ __align__(128) unsigned char pti_smem[];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, unit = blockIdx.x, twin = blockIdx.y;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, twin = blockIdx.y;
+    const int unit = C == 1 ? blockIdx.x : blockIdx.x / C, rank = C == 1 ? 0 : blockIdx.x % C;
     // (selects, not a.q[twin]: an indexed parameter array is copied to local memory)
-    const int M = twin ? a.M[1] : a.M[0], nb = a.nb, nst = nb / PB, nphs = nst / 8;   // phases: all, a slice
-    const char* qc = (twin ? a.q[1] : a.q[0]) + (pti_u64)unit * nb * WB;
+    const int M = twin ? a.M[1] : a.M[0], nb = a.nb, nst = C == 1 ? nb / PB : SPC * (nb / 8) / PB, nphs = nst / SPC;
+    const char* qc = (twin ? a.q[1] : a.q[0]) + (pti_u64)unit * nb * WB;   // phases: this CTA's, a slice's
     const char* scs = (twin ? a.s[1] : a.s[0]) + (pti_u64)unit * nb * SB;
     const char* xc = twin ? a.x[1] : a.x[0];
     void* y = twin ? a.y[1] : a.y[0];
     const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem), full = sbase, wbase = sbase + 128;
-    float* run = (float*)(pti_smem + 128 + S * SLOT);
+    float* run = (float*)(pti_smem + 128 + S * SLOT);   // C = 1: the running sums; else SPC slices' sums
     // phase i into slot st: what 1 = the weights and scales (and the barrier's byte count, the tiles'
-    // included), 2 = the tiles
+    // included), 2 = the tiles.  Its first block: i PB (C = 1), else in slice rank + (i / nphs) C.
     auto fill = [&](int i, int st, int what) {
         const unsigned slot = wbase + st * SLOT, bar = full + 8 * st;
+        const pti_u64 b = C == 1 ? (pti_u64)i * PB : (pti_u64)(rank + i / nphs * C) * (nb / 8) + (i % nphs) * PB;
         if (what & 1) {
             asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }"
                          ::"r"(bar), "r"(SLOT) : "memory");
-            pti_wg_bulk(slot, qc + (pti_u64)i * PB * WB, PB * WB, bar);
-            pti_wg_bulk(slot + PB * WB, scs + (pti_u64)i * PB * SB, PB * SB, bar);
+            pti_wg_bulk(slot, qc + (C == 1 ? (pti_u64)i * PB * WB : b * WB), PB * WB, bar);
+            pti_wg_bulk(slot + PB * WB, scs + (C == 1 ? (pti_u64)i * PB * SB : b * SB), PB * SB, bar);
         }
-        if (what & 2) pti_wg_bulk(slot + WSTAGE, xc + (pti_u64)i * PHASE, PHASE, bar);
+        if (what & 2) pti_wg_bulk(slot + WSTAGE, xc + (C == 1 ? (pti_u64)i * PHASE : b * (NR * 64)), PHASE, bar);
     };
     if (tid == 0) {
         for (int i = 0; i < S; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full + 8 * i) : "memory");
@@ -1023,11 +1031,12 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             const unsigned long long desc = desc0 + ((st * SLOT + u * NR * 64) >> 4);   // no carry: < 256 KB
             pti_wg_block<NR, TIN>(acc, w, desc, desc + (256 >> 4), sc, k);
         }
-        if (--left == 0) {   // a slice done: v = p0, then v += p_slice, each thread its own elements
+        if (--left == 0) {   // a slice done: v = p0, then v += p_slice (C > 1: parked), each thread its own elements
             left = nphs;
 #pragma unroll
             for (int i = 0; i < ND; ++i) {
-                run[i * T + tid] = slice == 0 ? acc[i] : __fadd_rn(run[i * T + tid], acc[i]);
+                if (C == 1) run[i * T + tid] = slice == 0 ? acc[i] : __fadd_rn(run[i * T + tid], acc[i]);
+                else run[(slice * ND + i) * T + tid] = acc[i];
                 acc[i] = 0.f;
             }
             ++slice;
@@ -1043,13 +1052,13 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // unit, activation row 8 (i >> 2) + 2 t + (i & 1).  The policy's epilogue arithmetic (pti_finish).
     const int g = lane >> 2, t = lane & 3, rg = unit * R + warp;
     const float* inv = twin ? a.inv[1] : a.inv[0];
-#pragma unroll
-    for (int i = 0; i < ND; ++i) {
+    // element i out, its finished sum (and a GLU's up element i + 2) from sum(e)
+    auto out = [&](int i, auto sum) {
         const int m = 8 * (i >> 2) + 2 * t + (i & 1);
         if (TOUT == 2) {   // PTI_GLU: gate row g with up row g + 8 of the row group (element i with i + 2)
             const int f = rg * 8 + g;
-            if ((i & 2) || m >= M || 2 * f >= a.N) continue;
-            float gv = run[i * T + tid], uv = run[(i + 2) * T + tid];
+            if ((i & 2) || m >= M || 2 * f >= a.N) return;
+            float gv = sum(i), uv = sum(i + 2);
             if (inv) {
                 gv = __fmul_rn(gv, inv[m]);
                 uv = __fmul_rn(uv, inv[m]);
@@ -1057,12 +1066,44 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             ((unsigned short*)y)[(pti_u64)m * a.ldy + f] = (a.h16 & 1) ? pti_bf16_to_h16(pti_glu(gv, uv)) : pti_glu(gv, uv);
         } else {
             const int n = rg * 16 + g + ((i & 2) ? 8 : 0);
-            if (m >= M || n >= a.N) continue;
-            float v = run[i * T + tid];
+            if (m >= M || n >= a.N) return;
+            float v = sum(i);
             if (inv) v = __fmul_rn(v, inv[m]);
             pti_store<TIN, TOUT>(y, (pti_u64)m * a.ldy + n, v, (a.h16 & 2) != 0);
         }
+    };
+    if (C == 1) {
+#pragma unroll
+        for (int i = 0; i < ND; ++i) out(i, [&](int e) { return run[e * T + tid]; });
+        return;
     }
+    // The cluster's sum: slice r's sums are set r / C of rank r % C.  The first barrier publishes every
+    // rank's sums, the second keeps them until the last reader is done (a reader's loads have returned,
+    // used by its stores, before its relaxed arrive).  Rank r takes the elements i with (i >> 1) / NP == r,
+    // NP = ND / 2 / C pairs (i, i + 2) of them: a GLU's gate and up elements stay together.
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    const unsigned park = (unsigned)__cvta_generic_to_shared(run);
+    auto cluster_sum = [&](int e) {
+        float v = 0.f;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            unsigned ra;
+            float pv;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(park + 4u * (((r / C) * ND + e) * T + tid)), "r"(r % C));
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
+            v = r == 0 ? pv : __fadd_rn(v, pv);
+        }
+        return v;
+    };
+    constexpr int NP = ND / 2 / C;
+    static_assert(NP >= 1, "at least one element pair a rank");
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+        const int pr = rank * NP + p, i = (pr >> 1) * 4 + (pr & 1);   // pair pr: elements i, i + 2
+        out(i, cluster_sum);
+        if (TOUT != 2) out(i + 2, cluster_sum);
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
 // The activations of one or two twins (blockIdx.y) in the tile layout pti_wg_mm reads: nb tiles of
@@ -1091,24 +1132,28 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     *(uint4*)(out + (pti_u64)j * nr * 32 + (r >> 3) * 256 + w * 64 + (r & 7) * 8) = v;
 }
 
-// pti_wg_{bf16,f16}_{f32,out,glu}_m{MT}: bf16 or f16 (h16) inputs, MT tiles of 8 rows (17-32 rows: m4,
-// 33-64: m8), PB and S as measured best on 28672x4096 (docs/perf.md, session 26: m4_w2_b4_r3_o2_c1_x1,
-// m8_w2_b2_r4_o2_c1_x1); two CTAs a SM.
-#define PTI_WG(NAME, TIN, TOUT, MT, PB, S)                                                              \
+// pti_wg_{bf16,f16}_{f32,out,glu}_m{MT}[_c{C}]: bf16 or f16 (h16) inputs, MT tiles of 8 rows (17-32 rows:
+// m4, 33-64: m8), PB and S as measured best in scripts/wgmma_probe.py (docs/perf.md, sessions 26-27: on
+// 28672x4096 m4_w2_b4_r3_o2_c1_x1 and m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices:
+// m4_w2_b4_r3_o2_c4_x1, m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.
+#define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C)                                                           \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
         void* ya, void* yb, const float* ia, const float* ib, int Ma, int Mb, int N, int nb, int ldy,    \
         int h16) {                                                                                       \
         const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {ia, ib}, {Ma, Mb}, N, nb, ldy, h16}; \
-        pti_wg_mm<TIN, TOUT, MT, PB, S>(a);                                                             \
+        pti_wg_mm<TIN, TOUT, MT, PB, S, C>(a);                                                          \
     }
-#define PTI_WG_ALL(TY, TIN)                            \
-    PTI_WG(pti_wg_##TY##_f32_m4, TIN, 0, 4, 4, 3)      \
-    PTI_WG(pti_wg_##TY##_out_m4, TIN, 1, 4, 4, 3)      \
-    PTI_WG(pti_wg_##TY##_glu_m4, TIN, 2, 4, 4, 3)      \
-    PTI_WG(pti_wg_##TY##_f32_m8, TIN, 0, 8, 2, 4)      \
-    PTI_WG(pti_wg_##TY##_out_m8, TIN, 1, 8, 2, 4)      \
-    PTI_WG(pti_wg_##TY##_glu_m8, TIN, 2, 8, 2, 4)
+#define PTI_WG_OUTS(TY, TIN, SUFFIX, MT, PB, S, C)                       \
+    PTI_WG(pti_wg_##TY##_f32_##SUFFIX, TIN, 0, MT, PB, S, C)             \
+    PTI_WG(pti_wg_##TY##_out_##SUFFIX, TIN, 1, MT, PB, S, C)             \
+    PTI_WG(pti_wg_##TY##_glu_##SUFFIX, TIN, 2, MT, PB, S, C)
+#define PTI_WG_ALL(TY, TIN)                          \
+    PTI_WG_OUTS(TY, TIN, m4, 4, 4, 3, 1)             \
+    PTI_WG_OUTS(TY, TIN, m8, 8, 2, 4, 1)             \
+    PTI_WG_OUTS(TY, TIN, m4_c4, 4, 4, 3, 4)          \
+    PTI_WG_OUTS(TY, TIN, m4_c8, 4, 2, 4, 8)          \
+    PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8)
 PTI_WG_ALL(bf16, 0)
 PTI_WG_ALL(f16, 1)
 

@@ -348,21 +348,45 @@ def test_hopper_setting_and_ring_reserve(monkeypatch):
 
 
 def test_hopper_kernel_names_match_the_kernel_source():
-    """Every Hopper kernel the host loads is instantiated, for sm_90a only, with the tiles, blocks a phase
-    and slots of its WG_VARIANTS entry, and the input and output types its name says."""
+    """Every Hopper kernel the host loads is instantiated, for sm_90a only, with the tiles, blocks a phase,
+    slots and cluster size of its WG_VARIANTS entry, and the input and output types its name says."""
     import re
     from pti_cli.backends.compile import kernel_source
     from pti_cli.backends.cuda import WG_VARIANTS
     src = kernel_source()
-    guarded = src[src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)"):]
-    assert "pti_wg_mm<" not in src[:src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")]
-    inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
-            for m in re.finditer(r"PTI_WG\(pti_wg_##TY##_(\w+), TIN, ([\d, ]+)\)", guarded)}
+    guard = src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
+    assert "pti_wg_mm<" not in src[:guard]
+    guarded = src[guard:]
     assert re.findall(r"^PTI_WG_ALL\((\w+), (\d)\)", guarded, re.M) == [("bf16", "0"), ("f16", "1")]
-    for _, mt, pb, slots in WG_VARIANTS:
-        for out, tout in (("f32", 0), ("out", 1), ("glu", 2)):
-            assert inst.pop(f"{out}_m{mt}") == (tout, mt, pb, slots)
-    assert not inst
+    outs = re.findall(r"PTI_WG\(pti_wg_##TY##_(\w+)_##SUFFIX, TIN, (\d), MT, PB, S, C\)", guarded)
+    assert outs == [("f32", "0"), ("out", "1"), ("glu", "2")]
+    inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
+            for m in re.finditer(r"PTI_WG_OUTS\(TY, TIN, (\w+), ([\d, ]+)\)", guarded)}
+    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs}
+    assert inst == entries
+    for cls, vs in WG_VARIANTS.items():
+        assert [v[0] for v in vs] == [32, 64] and all(8 % v[5] == 0 for v in vs), cls
+        assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
+
+
+def test_hopper_settings_and_shared_memory(monkeypatch):
+    """PTI_WG_NARROW (off unless "1"; a clear error otherwise), and wg_smem: the cluster forms park the sums
+    of their 8 / C slices where the one-CTA form keeps one running sum, all within two CTAs a SM."""
+    from pti_cli.backends.cuda import WG_VARIANTS, wg_narrow_wanted, wg_smem
+    from pti_cli.errors import PtiError
+    monkeypatch.delenv("PTI_WG_NARROW", raising=False)
+    assert not wg_narrow_wanted()
+    monkeypatch.setenv("PTI_WG_NARROW", "1")
+    assert wg_narrow_wanted()
+    monkeypatch.setenv("PTI_WG_NARROW", "on")
+    with pytest.raises(PtiError, match="PTI_WG_NARROW"):
+        wg_narrow_wanted()
+    assert wg_smem(4, 4, 3) == 128 + 3 * 4 * (8 * 544 + 32 * 64) + 16 * 256 * 4
+    assert wg_smem(4, 4, 3, 4) - wg_smem(4, 4, 3) == 16 * 256 * 4   # two slices parked instead of one sum
+    assert wg_smem(8, 2, 4, 8) == wg_smem(8, 2, 4)                   # one slice parked
+    for vs in WG_VARIANTS.values():
+        for _, _, mt, pb, slots, c in vs:
+            assert 2 * (wg_smem(mt, pb, slots, c) + 1024) <= 228 * 1024   # the H200's SM, 1 KB reserved a CTA
 
 
 def test_matmul_carveout_setting(monkeypatch):

@@ -63,9 +63,14 @@ ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # of the matrix in the ring layout (repack.ring_pack, Packed.ring), with the policy kernels' bits
 # (docs/perf.md, session 27: gate/up x1.30 and x1.84 of one row's time at 32 and 64 rows, the policy's
 # x1.94 and x3.36).  The copy doubles those matrices' memory: it is made only while RING_RESERVE of
-# the card's memory stays free.  By rows: (max rows, tiles of 8 rows, blocks a phase, ring slots), as
-# pti_kernel.hip's PTI_WG lines; at 16 rows the policy is as fast.
-WG_VARIANTS = ((32, 4, 4, 3), (64, 8, 2, 4))
+# the card's memory stays free.  By width class, then rows: (max rows, name suffix, tiles of 8 rows, blocks
+# a phase, ring slots, cluster size C), as pti_kernel.hip's PTI_WG_ALL lines; at 16 rows the policy is as
+# fast.  The narrower classes take the cluster forms (C > 1), only with PTI_WG_NARROW=1: they have not run
+# in the backend yet; in scripts/wgmma_probe.py they took 4096x14336 and 6144x4096 at 32 rows to 0.87-0.89
+# of the policy's time, at 64 rows to 0.66-0.82, and 4096x4096 to 1.04 and 0.96 (docs/perf.md, session 27).
+WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1), (64, "m8", 8, 2, 4, 1)),
+               "w": ((32, "m4_c4", 4, 4, 3, 4), (64, "m8_c8", 8, 2, 4, 8)),
+               "n": ((32, "m4_c8", 4, 2, 4, 8), (64, "m8_c8", 8, 2, 4, 8))}
 WG_MIN_ROWS = 17
 RING_RESERVE = 0.25   # of the card's memory, left free by the ring copies (the KV cache, the pass's buffers)
 
@@ -76,11 +81,19 @@ def ring_fits(free: int, total: int, nbytes: int) -> bool:
     return free - 2 * nbytes >= RING_RESERVE * total
 
 
-def wg_smem(mt: int, pb: int, slots: int) -> int:
+def wg_narrow_wanted() -> bool:
+    """PTI_WG_NARROW=1: the Hopper kernels' cluster forms for the narrower matrices too (WG_VARIANTS)."""
+    v = os.environ.get("PTI_WG_NARROW", "0")
+    if v not in ("0", "1"):
+        raise PtiError(f"PTI_WG_NARROW must be 0 or 1, not {v!r}")
+    return v == "1"
+
+
+def wg_smem(mt: int, pb: int, slots: int, c: int = 1) -> int:
     """pti_wg_mm's dynamic shared memory: the slots' barriers, the slots (a phase's weights, scales and
-    activation tiles), the running sums."""
+    activation tiles), the running sums (C = 1) or the parked sums of the CTA's 8 / C slices."""
     nr = 8 * mt
-    return 128 + slots * pb * (RING_GROUPS * 544 + nr * 64) + (nr // 2) * 256 * 4
+    return 128 + slots * pb * (RING_GROUPS * 544 + nr * 64) + (1 if c == 1 else 8 // c) * (nr // 2) * 256 * 4
 
 
 @dataclass
@@ -226,6 +239,7 @@ class KernelBackend(Backend):
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
         self.wgmma = False   # the Hopper kernels are loaded (CUDA backend on sm_90 unless PTI_WGMMA=0)
+        self.wg_classes = ("x",)   # the width classes they take (WG_VARIANTS; PTI_WG_NARROW=1: all)
         self._tiles: dict[int, torch.Tensor] = {}   # their activation tiles by blocks a row (launch_wg): kept
                                                      # for good, since captured graphs hold their address
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
@@ -285,7 +299,7 @@ class KernelBackend(Backend):
         """Whether the Hopper kernels can take p: a tall matrix (width class "x"), whole units of row
         groups and K in whole phases of every slice (bf16 inputs, or f16 and h16: their f16 forms)."""
         g, nb = p.q.shape[:2]
-        return (self.wgmma and width_class(p.rows / 16 / self.sm_count) == "x"
+        return (self.wgmma and width_class(p.rows / 16 / self.sm_count) in self.wg_classes
                 and g % RING_GROUPS == 0 and nb % 32 == 0)
 
     def with_ring(self, p: Packed) -> Packed:
@@ -299,13 +313,15 @@ class KernelBackend(Backend):
                 p.ring = ring_pack(p)
         return p
 
-    def wg_kernel(self, m: int, out: torch.dtype, glu: bool = False, code: str = "bf16") -> tuple[str, int]:
-        """The Hopper kernel for m rows (WG_VARIANTS) of a matrix of that encoding (repack.CODES: bf16
-        inputs, or f16 for f16 and h16) writing `out` (float32, or 16-bit), or silu(gate) * up (glu), and its
-        activation rows (8 MT)."""
-        mt = next(v[1] for v in WG_VARIANTS if m <= v[0])
+    def wg_kernel(self, m: int, out: torch.dtype, glu: bool = False, code: str = "bf16",
+                  rows: int | None = None) -> tuple[str, int, int]:
+        """The Hopper kernel for m rows of a matrix of `rows` rows (WG_VARIANTS by its width class; None: a
+        tall one) and that encoding (repack.CODES: bf16 inputs, or f16 for f16 and h16) writing `out`
+        (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT) and cluster size."""
+        cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
+        _, suffix, mt, _, _, c = next(v for v in WG_VARIANTS[cls] if m <= v[0])
         tin = "bf16" if code == "bf16" else "f16"
-        return f"pti_wg_{tin}_{'glu' if glu else 'f32' if out == torch.float32 else 'out'}_m{mt}", 8 * mt
+        return f"pti_wg_{tin}_{'glu' if glu else 'f32' if out == torch.float32 else 'out'}_{suffix}", 8 * mt, c
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: their epilogue
@@ -589,18 +605,23 @@ class CudaBackend(KernelBackend):
 
     def _load_wg(self, driver) -> None:
         """The Hopper kernels (WG_VARIANTS), kept apart from self.funcs: they want most of the SM's
-        shared memory (two CTAs of about 100 KB), not the matmuls' pinned carveout."""
+        shared memory (two CTAs of about 100 KB), not the matmuls' pinned carveout.  The tall matrices' forms
+        first, then (PTI_WG_NARROW=1) the cluster forms; a class whose kernels do not fit two CTAs a SM (a
+        card with less shared memory) is left to the policy kernels."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
-        for _, mt, pb, slots in WG_VARIANTS:
-            for n in (f"pti_wg_{t}_{out}_m{mt}" for t in ("bf16", "f16") for out in ("f32", "out", "glu")):
-                f = self.wg_funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
-                self.smem[n] = wg_smem(mt, pb, slots)
-                _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                              self.smem[n]), f"shared memory of {n}")
-                set_carveout(driver, f, 100, n)
-                if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, self.smem[n]), f"occupancy {n}") < 2:
-                    return   # (a card with less shared memory: the policy kernels serve every M)
-        self.wgmma = True
+        classes = ("x", "w", "n") if wg_narrow_wanted() else ("x",)
+        for cls in classes:
+            for _, suffix, mt, pb, slots, c in WG_VARIANTS[cls]:
+                for n in (f"pti_wg_{t}_{out}_{suffix}" for t in ("bf16", "f16") for out in ("f32", "out", "glu")):
+                    f = self.wg_funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
+                    self.smem[n] = wg_smem(mt, pb, slots, c)
+                    _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                  self.smem[n]), f"shared memory of {n}")
+                    set_carveout(driver, f, 100, n)
+                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, self.smem[n]), f"occupancy {n}") < 2:
+                        return
+            self.wgmma = True
+            self.wg_classes = classes[:classes.index(cls) + 1]
 
     def launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor], glu: bool = False,
                   epi: Epilogue | None = None) -> str:
@@ -612,7 +633,7 @@ class CudaBackend(KernelBackend):
         invs = list(epi.inv) if epi is not None else [None] * len(xs)
         packs, xs, ys, invs = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live], [invs[i] for i in live]
         rp = [p.ring for p in packs]
-        name, nr = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code)
+        name, nr, c = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code, rp[0].rows)
         g, nb = rp[0].q.shape[:2]
         if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 2 or x.data_ptr() % 4 for x in xs):
             xs = [x.contiguous() for x in xs]   # pti_wg_tiles: one row stride, 4-byte words
@@ -632,9 +653,10 @@ class CudaBackend(KernelBackend):
             two([y.data_ptr() for y in ys])
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
         h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16")   # as Epilogue.args
-        launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS, len(xs)), (THREADS,), self.smem[name], stream,
+        launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS * c, len(xs)), (THREADS,), self.smem[name], stream,
                       ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16),
-                       (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6), self.pdl, f"launch {name}")
+                       (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6), self.pdl, f"launch {name}",
+                      cluster=c if c > 1 else 0)
         return name
 
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:

@@ -312,19 +312,22 @@ def test_every_matmul_kernel_has_the_pinned_carveout(backend):
 # The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, unless PTI_WGMMA=0): 17-64 rows of a tall matrix
 # (width class "x") from its ring-layout copy.  They must give the policy kernels' bits.
 
-def backend_with_wgmma(flag: str):
-    """A CUDA backend built with PTI_WGMMA=flag, whatever the session's environment says."""
+def backend_with_wgmma(flag: str, narrow: str = "0"):
+    """A CUDA backend built with PTI_WGMMA=flag and PTI_WG_NARROW=narrow, whatever the session's
+    environment says."""
     import os
     from pti_cli.backends.cuda import CudaBackend
-    old = os.environ.get("PTI_WGMMA")
-    os.environ["PTI_WGMMA"] = flag
+    want = {"PTI_WGMMA": flag, "PTI_WG_NARROW": narrow}
+    old = {k: os.environ.get(k) for k in want}
+    os.environ.update(want)
     try:
         return CudaBackend()
     finally:
-        if old is None:
-            del os.environ["PTI_WGMMA"]
-        else:
-            os.environ["PTI_WGMMA"] = old
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
@@ -337,6 +340,12 @@ def wg_backend():
 def policy_backend():
     """A backend without them (sm_90: the policy kernels only), whatever PTI_WGMMA says."""
     return backend_with_wgmma("0")
+
+
+@pytest.fixture(scope="module")
+def wg_narrow_backend():
+    """A backend with the Hopper kernels' cluster forms for the narrower matrices too (PTI_WG_NARROW=1)."""
+    return backend_with_wgmma("1", "1")
 
 
 def hopper(backend) -> bool:
@@ -446,6 +455,52 @@ def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_ba
                         err = (y.double().cpu() - ref).abs().max(dim=1).values
                         assert (err <= 1e-5 * ref.norm(dim=1)).all()
     assert wg_calls == want_calls   # one launch a call, both twins in it
+
+
+@pytest.mark.parametrize("twins", [1, 2])
+@pytest.mark.parametrize("n,k", [(4096, 2048), (6144, 1024), (4096, 4096)])
+def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, wg_narrow_backend, monkeypatch, n, k, twins):
+    """The cluster forms (PTI_WG_NARROW=1: a unit's slices over a cluster of CTAs, summed in slice order over
+    distributed shared memory) on matrices of the narrower width classes: bit for bit the policy kernels'
+    outputs, plain, silu(gate) * up, and scaled by each row's inv; one launch of a cluster form a call."""
+    be = wg_narrow_backend
+    if not hopper(be):
+        return
+    from pti_cli.backends.cuda import Epilogue, width_class
+    assert be.wg_classes == ("x", "w", "n") and width_class(n / 16 / be.sm_count) in ("n", "w")
+    calls = []
+    real = be.launch_wg
+    monkeypatch.setattr(be, "launch_wg", lambda *a: calls.append(real(*a)) or calls[-1])
+    pairs = [rand_q8(n, k) for _ in range(twins)]
+    launches = 0
+    for glu in (False, True):
+        plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu)
+        ring = be.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu)
+        assert all(p.ring is not None for p in ring.packs) and all(p.ring is None for p in plain.packs)
+        cols, dt = (n // 2, torch.bfloat16) if glu else (n, torch.float32)
+        for m in (17, 32, 40, 64):
+            xs = [rand_x(m - 3 * t, k, torch.bfloat16) for t in range(twins)]
+            invs = [torch.rand(x.shape[0], generator=GEN).add(0.5).cuda() for x in xs]
+            for scaled in (False, True):
+                got, want = [], []
+                for b, w, sink in ((be, ring, got), (policy_backend, plain, want)):
+                    ys = [poisoned(x.shape[0], cols, dt) for x in xs]
+                    if scaled:
+                        b.matmul_epi(list(range(twins)), xs, w, ys, Epilogue(-(-k // 16), 0.0, inv=invs))
+                    elif twins == 1:
+                        b.matmul(xs[0], w, 0, out=ys[0])
+                    else:
+                        b.matmul_twins(xs[0], xs[1], w, outs=tuple(ys))
+                    sink.extend(ys)
+                launches += 1
+                for y, z in zip(got, want):
+                    assert not torch.isnan(y).any()
+                    assert torch.equal(y.view(torch.int32 if dt == torch.float32 else torch.int16),
+                                       z.view(torch.int32 if dt == torch.float32 else torch.int16)), (glu, m, scaled)
+                if not glu and not scaled:
+                    for y, x, (q, d) in zip(got, xs, pairs):
+                        check_close(y, x, q, d, k)
+    assert len(calls) == launches and all("_c" in c for c in calls), calls
 
 
 def test_hopper_kernels_integer_cases_exact(wg_backend, wg_calls):
