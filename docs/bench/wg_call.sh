@@ -6,6 +6,8 @@
 #     table16  the same with f16 activations (the h16 matrices' kernels: --kernel-act f16)
 #     test     make test-gpu;   test-wg: make test-gpu with PTI_WGMMA=1
 #     synth    pti bench --synthetic 8b, sequences 1,16,32,64, twins a and ab, with and without the path
+#     narrow   the cluster forms (PTI_WG_NARROW=1): make test-gpu with them, the kernel table of all four
+#              matrices with and without them, and the synthetic bench (sequences 1,32,64) with and without
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -43,6 +45,17 @@ synth)
     step "bench --synthetic 8b PTI_WGMMA=$wg"
     PTI_WGMMA=$wg timeout 200 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,16,32,64 --twins a,ab --repeats 3 \
         --json "$OUT/synth_8b_wg$wg.json" 2>&1 | grep -v "^[┏┡└]" | tail -22 >> "$LOG"
+  done ;;
+narrow)
+  step PTI_WG_NARROW=1 make test-gpu
+  PTI_WG_NARROW=1 timeout 240 make test-gpu PYTHON=python3 2>&1 | tail -25 >> "$LOG"
+  for nw in 1 0; do
+    step "kernel table PTI_WG_NARROW=$nw"
+    PTI_WG_NARROW=$nw timeout 150 python3 -m pti_cli.cli bench --kernels --json "$OUT/kernels_narrow$nw.json" 2>&1 \
+        | grep -v "^[┏┡└]" | tail -60 >> "$LOG"
+    step "bench --synthetic 8b PTI_WG_NARROW=$nw"
+    PTI_WG_NARROW=$nw timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,32,64 --repeats 3 \
+        --json "$OUT/synth_8b_narrow$nw.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done ;;
 esac; done
 step done
