@@ -352,14 +352,14 @@ def test_hopper_kernel_names_match_the_kernel_source():
     slots and cluster size of its WG_VARIANTS entry, and the input and output types its name says."""
     import re
     from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import WG_VARIANTS
+    from pti_cli.backends.cuda import WG_OUTS, WG_VARIANTS, wg_name
     src = kernel_source()
     guard = src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
     assert "pti_wg_mm<" not in src[:guard]
     guarded = src[guard:]
     assert re.findall(r"^PTI_WG_ALL\((\w+), (\d)\)", guarded, re.M) == [("bf16", "0"), ("f16", "1")]
     outs = re.findall(r"PTI_WG\(pti_wg_##TY##_(\w+)_##SUFFIX, TIN, (\d), MT, PB, S, C\)", guarded)
-    assert outs == [("f32", "0"), ("out", "1"), ("glu", "2")]
+    assert outs == [(o, str(i)) for i, o in enumerate(WG_OUTS)] and wg_name("h16", "glu", "m4") == "pti_wg_f16_glu_m4"
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_WG_OUTS\(TY, TIN, (\w+), ([\d, ]+)\)", guarded)}
     entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs}

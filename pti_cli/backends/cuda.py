@@ -81,6 +81,14 @@ def ring_fits(free: int, total: int, nbytes: int) -> bool:
     return free - 2 * nbytes >= RING_RESERVE * total
 
 
+WG_OUTS = ("f32", "out", "glu")   # float32 outputs, 16-bit ones, silu(gate) * up
+
+
+def wg_name(code: str, out: str, suffix: str) -> str:
+    """A Hopper kernel's name (pti_kernel.hip PTI_WG_ALL): bf16 inputs, or f16 for the f16 and h16 codes."""
+    return f"pti_wg_{'bf16' if code == 'bf16' else 'f16'}_{out}_{suffix}"
+
+
 def wg_narrow_wanted() -> bool:
     """PTI_WG_NARROW=1: the Hopper kernels' cluster forms for the narrower matrices too (WG_VARIANTS)."""
     v = os.environ.get("PTI_WG_NARROW", "0")
@@ -320,8 +328,7 @@ class KernelBackend(Backend):
         (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT) and cluster size."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
         _, suffix, mt, _, _, c = next(v for v in WG_VARIANTS[cls] if m <= v[0])
-        tin = "bf16" if code == "bf16" else "f16"
-        return f"pti_wg_{tin}_{'glu' if glu else 'f32' if out == torch.float32 else 'out'}_{suffix}", 8 * mt, c
+        return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: their epilogue
@@ -612,7 +619,9 @@ class CudaBackend(KernelBackend):
         classes = ("x", "w", "n") if wg_narrow_wanted() else ("x",)
         for cls in classes:
             for _, suffix, mt, pb, slots, c in WG_VARIANTS[cls]:
-                for n in (f"pti_wg_{t}_{out}_{suffix}" for t in ("bf16", "f16") for out in ("f32", "out", "glu")):
+                for n in (wg_name(t, o, suffix) for t in ("bf16", "f16") for o in WG_OUTS):
+                    if n in self.wg_funcs:   # (a form two classes share)
+                        continue
                     f = self.wg_funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                     self.smem[n] = wg_smem(mt, pb, slots, c)
                     _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
