@@ -4,6 +4,8 @@
 #     hopper   the Hopper tests alone (tests/gpu/test_kernels_gpu.py -k hopper, PTI_WGMMA=1)
 #     table    the kernel table of 28672x4096 (the one matrix of width class "x") with and without the path
 #     table16  the same with f16 activations (the h16 matrices' kernels: --kernel-act f16)
+#     table16a the f16 table with the path only (PTI_WGMMA=1)
+#     save     the kernel binaries to $OUT/kcache.tar (carry ".carry" next time; scripts/device_cache.sh)
 #     test     make test-gpu;   test-wg: make test-gpu with PTI_WGMMA=1
 #     synth    pti bench --synthetic 8b, sequences 1,16,32,64, twins a and ab, with and without the path
 #     narrow   the cluster forms (PTI_WG_NARROW=1): make test-gpu with them, the kernel table of all four
@@ -22,9 +24,9 @@ for s in "$@"; do case $s in
 hopper)
   step hopper tests
   PTI_WGMMA=1 timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_kernels_gpu.py -k hopper 2>&1 | tail -30 >> "$LOG" ;;
-table|table16)
-  act=bf16; [ "$s" = table16 ] && act=f16
-  for wg in 1 0; do
+table|table16|table16a)
+  act=bf16; wgs="1 0"; [ "$s" != table ] && act=f16; [ "$s" = table16a ] && wgs=1
+  for wg in $wgs; do
     step "kernel table PTI_WGMMA=$wg $act"
     PTI_WGMMA=$wg timeout 120 python3 - "$OUT/kernels_wg${wg}_$act.json" $act >> "$LOG" 2>&1 <<'PY'
 import json, sys
@@ -57,5 +59,7 @@ narrow)
     PTI_WG_NARROW=$nw timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,32,64 --repeats 3 \
         --json "$OUT/synth_8b_narrow$nw.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done ;;
+save)
+  step kcache_save; kcache_save ;;
 esac; done
 step done
