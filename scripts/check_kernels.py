@@ -4,10 +4,17 @@ sm_90 and sm_90a (the backend's target on sm_90 unless PTI_WGMMA=0: the Hopper k
 too) and pti_ops.hip for sm_80 and sm_90, print ptxas' resource report per kernel, and
 fail on a compile error, on any local-memory use (stack frame or spills) or on missing
 Hopper kernels.  Where `hipcc` (ROCm or Debian's) is installed, also compile the HIP
-path for gfx90a and gfx1030 (an offline compile only: nothing has run on AMD hardware)."""
+path for gfx90a and gfx1030 (an offline compile only: nothing has run on AMD hardware).
+    python3 scripts/check_kernels.py [--nvrtc-dir DIR]
+--nvrtc-dir: compile with the NVRTC in DIR (an nvidia-cuda-nvrtc wheel's nvidia/cu13/lib) instead of
+the installed one.  `make test` runs it a second time with the H200 image's NVRTC (13.0), which is
+what compiles the kernels on that card: in session 28 it refused code 13.5 took, and spilled where
+13.5 did not."""
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import os
 import shutil
 import subprocess
@@ -30,7 +37,23 @@ def hopper_kernels() -> set[str]:
                                for t in ("bf16", "f16") for o in WG_OUTS}
 
 
+def load_nvrtc(lib_dir: Path) -> None:
+    """Load the NVRTC in lib_dir before cuda.bindings looks for one: it takes the library already
+    loaded (libnvrtc.so.13), which finds its builtins library loaded too."""
+    builtins = sorted(lib_dir.glob("libnvrtc-builtins.so.*"))
+    libs = sorted(lib_dir.glob("libnvrtc.so.*"))
+    if not builtins or not libs:
+        raise SystemExit(f"check_kernels: no libnvrtc.so.* and libnvrtc-builtins.so.* in {lib_dir}")
+    for lib in (builtins[0], libs[0]):
+        ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+
+
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nvrtc-dir", type=Path, help="compile with the NVRTC library in this folder")
+    args = ap.parse_args()
+    if args.nvrtc_dir:
+        load_nvrtc(args.nvrtc_dir)
     failed = False
     print(f"check_kernels: {nvrtc_version()}")
     for name, arch in [(n, a) for n, archs in ARCHS.items() for a in archs]:
@@ -54,7 +77,8 @@ def main() -> int:
         if arch == "sm_90a" and not hopper_kernels() <= set(out.resources):
             print(f"FAIL {arch}: the Hopper kernels (pti_wg_*) are missing")
             failed = True
-    failed |= not check_hipcc()
+    if not args.nvrtc_dir:   # (once: it does not depend on NVRTC)
+        failed |= not check_hipcc()
     print("check_kernels: FAIL" if failed else "check_kernels: OK")
     return 1 if failed else 0
 

@@ -9,7 +9,8 @@
 #     test     make test-gpu;   test-wg: make test-gpu with PTI_WGMMA=1
 #     synth    pti bench --synthetic 8b, sequences 1,16,32,64, twins a and ab, with and without the path
 #     narrow   the cluster forms (PTI_WG_NARROW=1): make test-gpu with them, the kernel table of all four
-#              matrices with and without them, and the synthetic bench (sequences 1,32,64) with and without
+#              matrices with and without them, and the synthetic bench (sequences 1,32,64) with and without;
+#              or one part: narrow-test, narrow-table, narrow-synth
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -18,7 +19,8 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
 source scripts/device_cache.sh
 LOG=$OUT/run.log
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader;
-  echo "sources: $(LC_ALL=C; cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum | cut -c1-16)"; } >> "$LOG" 2>&1
+  echo "sources: $(LC_ALL=C; cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum | cut -c1-16)";
+  python3 -c "from pti_cli.backends.compile import nvrtc_version; print(nvrtc_version())"; } >> "$LOG" 2>&1
 step() { echo "== $(date -u +%T) $*" >> "$LOG"; }
 for s in "$@"; do case $s in
 hopper)
@@ -48,13 +50,17 @@ synth)
     PTI_WGMMA=$wg timeout 200 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,16,32,64 --twins a,ab --repeats 3 \
         --json "$OUT/synth_8b_wg$wg.json" 2>&1 | grep -v "^[┏┡└]" | tail -22 >> "$LOG"
   done ;;
-narrow)
+narrow|narrow-test)
   step PTI_WG_NARROW=1 make test-gpu
-  PTI_WG_NARROW=1 timeout 240 make test-gpu PYTHON=python3 2>&1 | tail -25 >> "$LOG"
+  PTI_WG_NARROW=1 timeout 240 make test-gpu PYTHON=python3 2>&1 | tail -25 >> "$LOG" ;;&
+narrow|narrow-table)
   for nw in 1 0; do
     step "kernel table PTI_WG_NARROW=$nw"
     PTI_WG_NARROW=$nw timeout 150 python3 -m pti_cli.cli bench --kernels --json "$OUT/kernels_narrow$nw.json" 2>&1 \
         | grep -v "^[┏┡└]" | tail -60 >> "$LOG"
+  done ;;&
+narrow|narrow-synth)
+  for nw in 1 0; do
     step "bench --synthetic 8b PTI_WG_NARROW=$nw"
     PTI_WG_NARROW=$nw timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,32,64 --repeats 3 \
         --json "$OUT/synth_8b_narrow$nw.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
