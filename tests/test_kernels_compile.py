@@ -369,6 +369,31 @@ def test_hopper_kernel_names_match_the_kernel_source():
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
 
 
+def test_hopper_eligibility_wants_whole_units_and_blocks():
+    """wg_eligible: the Hopper kernels take a matrix of a width class they serve, of whole units of row
+    groups, K in whole phases of every slice and in whole blocks (pti_wg_tiles copies whole blocks of a
+    row: past a ragged K it would read the next row); the policy kernels take the rest."""
+    from pti_cli.backends.cuda import CudaBackend
+    from pti_cli.backends.repack import RING_GROUPS, Packed
+    be = object.__new__(CudaBackend)   # the fields wg_eligible reads; no GPU here
+    be.wgmma, be.sm_count, be.wg_classes = True, 4, ("x",)
+
+    def pack(groups: int, k: int) -> Packed:
+        nb = -(-k // 32)
+        return Packed(torch.zeros(groups, nb, 32, 16, dtype=torch.int8), torch.zeros(groups, nb, 8, dtype=torch.int32),
+                      16 * groups, k)
+    tall = 8 * be.sm_count   # row groups: width class "x" from 8 a SM
+    assert be.wg_eligible(pack(tall, 1024)) and be.wg_eligible(pack(tall + RING_GROUPS, 2048))
+    assert not be.wg_eligible(pack(tall, 1000))                # a ragged K
+    assert not be.wg_eligible(pack(tall, 992))                 # 31 blocks: not whole phases of 8 slices
+    assert not be.wg_eligible(pack(tall + 1, 1024))            # not whole units
+    assert not be.wg_eligible(pack(tall - RING_GROUPS, 1024))  # a narrower class, not served
+    be.wg_classes = ("x", "w", "n")
+    assert be.wg_eligible(pack(tall - RING_GROUPS, 1024)) and not be.wg_eligible(pack(tall - RING_GROUPS, 1000))
+    be.wgmma = False
+    assert not be.wg_eligible(pack(tall, 1024))
+
+
 def test_hopper_settings_and_shared_memory(monkeypatch):
     """PTI_WG_NARROW (off unless "1"; a clear error otherwise), and wg_smem: the cluster forms park the sums
     of their 8 / C slices where the one-CTA form keeps one running sum, all within two CTAs a SM."""

@@ -40,10 +40,10 @@ PY
   done ;;
 test)
   step make test-gpu
-  timeout 150 make test-gpu PYTHON=python3 2>&1 | tail -8 >> "$LOG" ;;
+  timeout 300 make test-gpu PYTHON=python3 > "$OUT/test.log" 2>&1; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/test.log" | tail -20 >> "$LOG" ;;
 test-wg)
   step PTI_WGMMA=1 make test-gpu
-  PTI_WGMMA=1 timeout 240 make test-gpu PYTHON=python3 2>&1 | tail -25 >> "$LOG" ;;
+  PTI_WGMMA=1 timeout 300 make test-gpu PYTHON=python3 > "$OUT/test_wg.log" 2>&1; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/test_wg.log" | tail -20 >> "$LOG" ;;
 synth)
   for wg in 0 1; do
     step "bench --synthetic 8b PTI_WGMMA=$wg"
@@ -52,7 +52,8 @@ synth)
   done ;;
 narrow|narrow-test)
   step PTI_WG_NARROW=1 make test-gpu
-  PTI_WG_NARROW=1 timeout 240 make test-gpu PYTHON=python3 2>&1 | tail -25 >> "$LOG" ;;&
+  PTI_WG_NARROW=1 timeout 300 make test-gpu PYTHON=python3 > "$OUT/test_narrow.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/test_narrow.log" | tail -20 >> "$LOG" ;;&
 narrow|narrow-table)
   for nw in 1 0; do
     step "kernel table PTI_WG_NARROW=$nw"

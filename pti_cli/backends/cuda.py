@@ -304,11 +304,14 @@ class KernelBackend(Backend):
         return KernelMatrix(packs, plane, rows, cols, len(packs) == 1, glu=glu)
 
     def wg_eligible(self, p: Packed) -> bool:
-        """Whether the Hopper kernels can take p: a tall matrix (width class "x"), whole units of row
-        groups and K in whole phases of every slice (bf16 inputs, or f16 and h16: their f16 forms)."""
+        """Whether the Hopper kernels can take p: a matrix of a width class they serve (wg_classes), whole
+        units of row groups, K in whole phases of every slice (bf16 inputs, or f16 and h16: their f16
+        forms) and in whole blocks: pti_wg_tiles copies every row's nb blocks whole, so past a ragged K
+        it would read the next row's values (or past the end), where a NaN or inf times the padding's
+        zero weights is NaN (session 28: 1024x1000 with PTI_WG_NARROW=1)."""
         g, nb = p.q.shape[:2]
         return (self.wgmma and width_class(p.rows / 16 / self.sm_count) in self.wg_classes
-                and g % RING_GROUPS == 0 and nb % 32 == 0)
+                and g % RING_GROUPS == 0 and nb % 32 == 0 and p.cols == 32 * nb)
 
     def with_ring(self, p: Packed) -> Packed:
         """p, with its ring-layout copy for the Hopper kernels when they are loaded, can take it, and the
