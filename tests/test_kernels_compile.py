@@ -395,17 +395,19 @@ def test_hopper_eligibility_wants_whole_units_and_blocks():
 
 
 def test_hopper_settings_and_shared_memory(monkeypatch):
-    """PTI_WG_NARROW (off unless "1"; a clear error otherwise), and wg_smem: the cluster forms park the sums
+    """PTI_WG_NARROW (the tall class only unless "w" or "1"; a clear error otherwise), and wg_smem: the cluster forms park the sums
     of their 8 / C slices where the one-CTA form keeps one running sum, all within two CTAs a SM."""
-    from pti_cli.backends.cuda import WG_VARIANTS, wg_narrow_wanted, wg_smem
+    from pti_cli.backends.cuda import WG_VARIANTS, wg_classes_wanted, wg_smem
     from pti_cli.errors import PtiError
     monkeypatch.delenv("PTI_WG_NARROW", raising=False)
-    assert not wg_narrow_wanted()
-    monkeypatch.setenv("PTI_WG_NARROW", "1")
-    assert wg_narrow_wanted()
-    monkeypatch.setenv("PTI_WG_NARROW", "on")
-    with pytest.raises(PtiError, match="PTI_WG_NARROW"):
-        wg_narrow_wanted()
+    assert wg_classes_wanted() == ("x",)
+    for v, want in (("0", ("x",)), ("w", ("x", "w")), ("1", ("x", "w", "n"))):
+        monkeypatch.setenv("PTI_WG_NARROW", v)
+        assert wg_classes_wanted() == want
+    for bad in ("on", "n", ""):
+        monkeypatch.setenv("PTI_WG_NARROW", bad)
+        with pytest.raises(PtiError, match="PTI_WG_NARROW"):
+            wg_classes_wanted()
     assert wg_smem(4, 4, 3) == 128 + 3 * 4 * (8 * 544 + 32 * 64) + 16 * 256 * 4
     assert wg_smem(4, 4, 3, 4) - wg_smem(4, 4, 3) == 16 * 256 * 4   # two slices parked instead of one sum
     assert wg_smem(8, 2, 4, 8) == wg_smem(8, 2, 4)                   # one slice parked

@@ -11,6 +11,7 @@
 #     narrow   the cluster forms (PTI_WG_NARROW=1): make test-gpu with them, the kernel table of all four
 #              matrices with and without them, and the synthetic bench (sequences 1,32,64) with and without;
 #              or one part: narrow-test, narrow-table, narrow-synth
+#     synth-narrow the synthetic bench (sequences 32,64, twins a and ab) with PTI_WG_NARROW=0, w and 1
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -65,6 +66,12 @@ narrow|narrow-synth)
     step "bench --synthetic 8b PTI_WG_NARROW=$nw"
     PTI_WG_NARROW=$nw timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,32,64 --repeats 3 \
         --json "$OUT/synth_8b_narrow$nw.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
+  done ;;
+synth-narrow)
+  for nw in 0 w 1; do
+    step "bench --synthetic 8b --twins a,ab PTI_WG_NARROW=$nw"
+    PTI_WG_NARROW=$nw timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 32,64 --twins a,ab --repeats 3 \
+        --json "$OUT/synth_8b_ab_narrow$nw.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done ;;
 save)
   step kcache_save; kcache_save ;;

@@ -89,12 +89,16 @@ def wg_name(code: str, out: str, suffix: str) -> str:
     return f"pti_wg_{'bf16' if code == 'bf16' else 'f16'}_{out}_{suffix}"
 
 
-def wg_narrow_wanted() -> bool:
-    """PTI_WG_NARROW=1: the Hopper kernels' cluster forms for the narrower matrices too (WG_VARIANTS)."""
+WG_NARROW = {"0": ("x",), "w": ("x", "w"), "1": ("x", "w", "n")}
+
+
+def wg_classes_wanted() -> tuple[str, ...]:
+    """The width classes the Hopper kernels are loaded for (WG_VARIANTS): the tall matrices ("x"), and
+    with PTI_WG_NARROW the cluster forms for the narrower ones too: "w" (an 8B model's QKV) or "1" (all)."""
     v = os.environ.get("PTI_WG_NARROW", "0")
-    if v not in ("0", "1"):
-        raise PtiError(f"PTI_WG_NARROW must be 0 or 1, not {v!r}")
-    return v == "1"
+    if v not in WG_NARROW:
+        raise PtiError(f"PTI_WG_NARROW must be 0, w or 1, not {v!r}")
+    return WG_NARROW[v]
 
 
 def wg_smem(mt: int, pb: int, slots: int, c: int = 1) -> int:
@@ -616,10 +620,10 @@ class CudaBackend(KernelBackend):
     def _load_wg(self, driver) -> None:
         """The Hopper kernels (WG_VARIANTS), kept apart from self.funcs: they want most of the SM's
         shared memory (two CTAs of about 100 KB), not the matmuls' pinned carveout.  The tall matrices' forms
-        first, then (PTI_WG_NARROW=1) the cluster forms; a class whose kernels do not fit two CTAs a SM (a
+        first, then (PTI_WG_NARROW) the cluster forms; a class whose kernels do not fit two CTAs a SM (a
         card with less shared memory) is left to the policy kernels."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
-        classes = ("x", "w", "n") if wg_narrow_wanted() else ("x",)
+        classes = wg_classes_wanted()
         for cls in classes:
             for _, suffix, mt, pb, slots, c in WG_VARIANTS[cls]:
                 for n in (wg_name(t, o, suffix) for t in ("bf16", "f16") for o in WG_OUTS):
