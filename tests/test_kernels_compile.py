@@ -395,12 +395,12 @@ def test_hopper_eligibility_wants_whole_units_and_blocks():
 
 
 def test_hopper_settings_and_shared_memory(monkeypatch):
-    """PTI_WG_NARROW (the tall class only unless "w" or "1"; a clear error otherwise), and wg_smem: the cluster forms park the sums
+    """PTI_WG_NARROW ("w" unless "0" or "1"; a clear error otherwise), and wg_smem: the cluster forms park the sums
     of their 8 / C slices where the one-CTA form keeps one running sum, all within two CTAs a SM."""
     from pti_cli.backends.cuda import WG_VARIANTS, wg_classes_wanted, wg_smem
     from pti_cli.errors import PtiError
     monkeypatch.delenv("PTI_WG_NARROW", raising=False)
-    assert wg_classes_wanted() == ("x",)
+    assert wg_classes_wanted() == ("x", "w")
     for v, want in (("0", ("x",)), ("w", ("x", "w")), ("1", ("x", "w", "n"))):
         monkeypatch.setenv("PTI_WG_NARROW", v)
         assert wg_classes_wanted() == want

@@ -93,9 +93,11 @@ WG_NARROW = {"0": ("x",), "w": ("x", "w"), "1": ("x", "w", "n")}
 
 
 def wg_classes_wanted() -> tuple[str, ...]:
-    """The width classes the Hopper kernels are loaded for (WG_VARIANTS): the tall matrices ("x"), and
-    with PTI_WG_NARROW the cluster forms for the narrower ones too: "w" (an 8B model's QKV) or "1" (all)."""
-    v = os.environ.get("PTI_WG_NARROW", "0")
+    """The width classes the Hopper kernels are loaded for (WG_VARIANTS): the tall matrices ("x") and, by
+    default ("w"), the cluster forms for the wide ones (an 8B model's QKV); "1": the narrow ones too, "0":
+    the tall ones only.  `bench --synthetic 8b`, one call, 0 / w / 1: 9201 / 9493 / 9475 tok/s at 64
+    sequences of one model, 7693 / 7818 / 7807 of twins ab (docs/perf.md, session 28)."""
+    v = os.environ.get("PTI_WG_NARROW", "w")
     if v not in WG_NARROW:
         raise PtiError(f"PTI_WG_NARROW must be 0, w or 1, not {v!r}")
     return WG_NARROW[v]
@@ -251,7 +253,7 @@ class KernelBackend(Backend):
         self.generic = generic
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
         self.wgmma = False   # the Hopper kernels are loaded (CUDA backend on sm_90 unless PTI_WGMMA=0)
-        self.wg_classes = ("x",)   # the width classes they take (WG_VARIANTS; PTI_WG_NARROW=1: all)
+        self.wg_classes = ("x",)   # the width classes they take (WG_VARIANTS, wg_classes_wanted)
         self._tiles: dict[int, torch.Tensor] = {}   # their activation tiles by blocks a row (launch_wg): kept
                                                      # for good, since captured graphs hold their address
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
