@@ -11,6 +11,8 @@
 #     narrow   the cluster forms (PTI_WG_NARROW=1): make test-gpu with them, the kernel table of all four
 #              matrices with and without them, and the synthetic bench (sequences 1,32,64) with and without;
 #              or one part: narrow-test, narrow-table, narrow-synth
+#     gap      scripts/wg_gap.py (the cluster forms' call, matmul, tiles, policy, resident clusters) and the
+#              probe's forms of the same shapes, in one call (docs/perf.md, session 28, item 2)
 #     synth-narrow the synthetic bench (sequences 32,64, twins a and ab) with PTI_WG_NARROW=0, w and 1
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
@@ -73,6 +75,11 @@ synth-narrow)
     PTI_WG_NARROW=$nw timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 32,64 --twins a,ab --repeats 3 \
         --json "$OUT/synth_8b_ab_narrow$nw.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done ;;
+gap)
+  step "wg_gap.py (PTI_WG_NARROW=1) and the probe's forms for the same shapes"
+  PTI_WG_NARROW=1 timeout 200 python3 scripts/wg_gap.py >> "$LOG" 2>&1
+  timeout 200 python3 scripts/wgmma_probe.py --shapes 6144x4096,4096x4096,4096x14336 \
+      --variants m4_w2_b4_r3_o2_c4_x1,m4_w2_b2_r4_o2_c8_x1,m8_w2_b2_r4_o2_c8_x1,m4_w2_b2_r4_o3_c8_x1 2>&1 | tail -40 >> "$LOG" ;;
 save)
   step kcache_save; kcache_save ;;
 esac; done

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Where the Hopper cluster forms' time goes in the backend (docs/perf.md, session 28, item 2: they took
+15-37% longer than scripts/wgmma_probe.py's same forms).  For the narrower matrices, one model, at 32 and 64
+rows, in one run, rotating copies past the L2 as `pti bench --kernels` does:
+  call     the backend's call, as `pti bench --kernels` times it: pti_wg_tiles, then the matmul
+  matmul   the matmul alone, on the tiles an earlier call laid out (the probe's measurement)
+  tiles    pti_wg_tiles alone
+  policy   the policy kernel the backend would take otherwise
+and the clusters that can be resident at once (cuOccupancyMaxActiveClusters) against those a launch has:
+fewer means a second wave.  H200 (sm_90) only; loads the cluster forms of every class.
+    PTI_WG_NARROW=1 python3 scripts/wg_gap.py [--shapes NxK,...]"""
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from pti_cli.backends import cuda  # noqa: E402
+from pti_cli.bench_kernels import WORKING_SET, random_packs, time_graph  # noqa: E402
+from pti_cli.errors import PtiError  # noqa: E402
+
+
+def only(keep):
+    """cuda.launch_kernel, launching only the kernels whose `what` keep() accepts."""
+    real = cuda.launch_kernel
+
+    def launch(driver, f, grid, block, smem, stream, args, pdl, what, cluster=0):
+        if keep(what):
+            real(driver, f, grid, block, smem, stream, args, pdl, what, cluster)
+    return launch
+
+
+def max_clusters(be, name: str, grid: int, c: int) -> int:
+    """cuOccupancyMaxActiveClusters of a pti_wg_mm launch of `grid` CTAs in clusters of c."""
+    drv = be._drv
+    cfg = drv.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = cuda.THREADS, 1, 1
+    cfg.sharedMemBytes = be.smem[name]
+    attr = drv.CUlaunchAttribute()
+    attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c, 1, 1
+    cfg.attrs, cfg.numAttrs = [attr], 1
+    return cuda._cu(drv.cuOccupancyMaxActiveClusters(be.wg_funcs[name], cfg), f"max active clusters {name}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="6144x4096,4096x4096,4096x14336")
+    args = ap.parse_args()
+    try:
+        be = cuda.CudaBackend()
+    except PtiError as e:
+        print(f"wg_gap: {e}", file=sys.stderr)
+        return 2
+    if not be.wgmma or "n" not in be.wg_classes:
+        print("wg_gap: needs an sm_90 card and PTI_WG_NARROW=1 (the cluster forms of every class)", file=sys.stderr)
+        return 2
+    print(f"{torch.cuda.get_device_name()}, {be.sm_count} SMs")
+    print(f"{'N x K':>11} {'M':>3} {'kernel':>18} {'call':>7} {'matmul':>7} {'tiles':>6} {'policy':>7} "
+          f"{'clusters':>8} {'resident':>8}")
+    for shape in args.shapes.split(","):
+        n, k = (int(v) for v in shape.split("x"))
+        one = random_packs(be, n, k, 1)[0]
+        copies = max(2, math.ceil(WORKING_SET / one.nbytes))
+        packs = [be.with_ring(p) for p in [one] + random_packs(be, n, k, copies - 1)]   # (q: the policy's layout)
+        assert all(p.ring is not None for p in packs), shape
+        reps = max(20, 2 * copies)
+        for m in (32, 64):
+            x = [torch.randn(m, k, device=be.device).to(be.act_dtype)]
+            y = [torch.empty(m, n, device=be.device, dtype=be.act_dtype)]
+            name, _, c = be.wg_kernel(m, y[0].dtype, code=one.ring.code, rows=n)
+            wg = lambda: [be.launch_wg([packs[i % copies]], x, y) for i in range(reps)]  # noqa: E731
+            t = {"call": time_graph(wg) / reps}
+            real = cuda.launch_kernel
+            try:
+                cuda.launch_kernel = only(lambda what: what != "launch pti_wg_tiles")
+                t["matmul"] = time_graph(wg) / reps
+                cuda.launch_kernel = only(lambda what: what == "launch pti_wg_tiles")
+                t["tiles"] = time_graph(wg) / reps
+            finally:
+                cuda.launch_kernel = real
+            policy = be.kernel_name(1, m, be.act_dtype, be.act_dtype, rows=n)
+            t["policy"] = time_graph(lambda: [be.launch([packs[i % copies]], x, y, policy)
+                                              for i in range(reps)]) / reps
+            grid = one.ring.q.shape[0] // cuda.RING_GROUPS * c
+            print(f"{shape:>11} {m:>3} {name.removeprefix('pti_wg_'):>18} "
+                  + " ".join(f"{t[key] * 1e6:{w}.1f}" for key, w in (("call", 7), ("matmul", 7), ("tiles", 6), ("policy", 7)))
+                  + f" {grid // c:>8} {max_clusters(be, name, grid, c):>8}")
+        del packs
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
