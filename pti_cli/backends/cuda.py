@@ -65,9 +65,10 @@ ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # x1.94 and x3.36).  The copy doubles those matrices' memory: it is made only while RING_RESERVE of
 # the card's memory stays free.  By width class, then rows: (max rows, name suffix, tiles of 8 rows, blocks
 # a phase, ring slots, cluster size C), as pti_kernel.hip's PTI_WG_ALL lines; at 16 rows the policy is as
-# fast.  The narrower classes take the cluster forms (C > 1), only with PTI_WG_NARROW=1: they have not run
-# in the backend yet; in scripts/wgmma_probe.py they took 4096x14336 and 6144x4096 at 32 rows to 0.87-0.89
-# of the policy's time, at 64 rows to 0.66-0.82, and 4096x4096 to 1.04 and 0.96 (docs/perf.md, session 27).
+# fast.  The narrower classes take the cluster forms (C > 1): the wide class by default, the narrow one
+# with PTI_WG_NARROW=1 (wg_classes_wanted).  On the H200 (docs/perf.md, session 28) they take 6144x4096 at
+# 64 rows to 0.78 of the policy's time (0.69 for two twins); on the narrow class they are slower for one
+# model, and 15-37% slower than scripts/wgmma_probe.py's same forms (scripts/wg_gap.py asks why).
 WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1), (64, "m8", 8, 2, 4, 1)),
                "w": ((32, "m4_c4", 4, 4, 3, 4), (64, "m8_c8", 8, 2, 4, 8)),
                "n": ((32, "m4_c8", 4, 2, 4, 8), (64, "m8_c8", 8, 2, 4, 8))}
