@@ -54,7 +54,7 @@ def test_residual_epilogue(backend, ops, n, k, twins):
         torch.empty(4096, dtype=torch.float32, device=DEV).fill_(1.5)   # poison what torch.empty may reuse
         u, p, inv = lin.residual(a, x, g, n_a)
         # one launch, one twin, and a matrix the policy kernels take (the Hopper kernels, where they take
-        # it (PTI_WG_NARROW=1), take the rows' inv given: no slots for the next matmul)
+        # it (1000x4096 with PTI_WG_NARROW=1), take the rows' inv given: no slots for the next matmul)
         want_inv = twins == 1 and INV_IN_EPILOGUE_ROWS < m <= 64 and not backend.wg_ready(lin.w.packs, m)
         assert (inv is not None) == want_inv, m
         if inv is not None:
@@ -118,7 +118,7 @@ def test_scaled_epilogue(backend, ops, n, k, twins, kind):
     # the inv from the launch's own first CTAs (slots a residual launch set pending), and from its
     # matmul CTAs themselves where no inv CTA did them (the fallback): the same bits.  Two twins' rows
     # (two parts) take the launch's inv instead and leave the slots alone, and so do the Hopper kernels
-    # where they take the matrix (PTI_WG_NARROW=1 for these widths): they take the rows' inv given.
+    # where they take the matrix (6144x4096 by default, PTI_WG_NARROW=w): they take the rows' inv given.
     fills = twins == 1 and not backend.wg_ready(lin.w.packs, 40)
     for fallback in (False, True):
         slots = torch.full((40,), -1, dtype=torch.int32, device=DEV).view(torch.float32)
