@@ -36,16 +36,8 @@ def only(keep):
 
 def max_clusters(be, name: str, grid: int, c: int) -> int:
     """cuOccupancyMaxActiveClusters of a pti_wg_mm launch of `grid` CTAs in clusters of c."""
-    drv = be._drv
-    cfg = drv.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = cuda.THREADS, 1, 1
-    cfg.sharedMemBytes = be.smem[name]
-    attr = drv.CUlaunchAttribute()
-    attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c, 1, 1
-    cfg.attrs, cfg.numAttrs = [attr], 1
-    return cuda._cu(drv.cuOccupancyMaxActiveClusters(be.wg_funcs[name], cfg), f"max active clusters {name}")
+    cfg = cuda.launch_config(be._drv, (grid,), (cuda.THREADS,), be.smem[name], 0, False, c)
+    return cuda._cu(be._drv.cuOccupancyMaxActiveClusters(be.wg_funcs[name], cfg), f"max active clusters {name}")
 
 
 def main() -> int:

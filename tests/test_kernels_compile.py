@@ -369,6 +369,25 @@ def test_hopper_kernel_names_match_the_kernel_source():
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
 
 
+def test_launch_config_sets_grid_pdl_and_cluster():
+    """launch_config (every CUDA launch's, and scripts/wg_gap.py's occupancy query): the grid and block
+    padded to 3 dimensions, the shared memory, and the attributes asked for, in a struct that outlives
+    the attribute objects it was built from."""
+    import gc
+    from cuda.bindings import driver
+    from pti_cli.backends.cuda import launch_config
+    cfg = launch_config(driver, (64, 2), (256,), 1000, 0, True, 8)
+    gc.collect()
+    assert (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY, cfg.sharedMemBytes) == (64, 2, 1, 256, 1, 1000)
+    ids = driver.CUlaunchAttributeID
+    assert cfg.numAttrs == 2 and [a.id for a in cfg.attrs] == [
+        ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION]
+    assert cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
+    assert (cfg.attrs[1].value.clusterDim.x, cfg.attrs[1].value.clusterDim.y) == (8, 1)
+    assert launch_config(driver, (5,), (256,), 0, 0, False).numAttrs == 0
+    assert launch_config(driver, (8,), (256,), 0, 0, False, 4).attrs[0].id == ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+
+
 def test_hopper_eligibility_wants_whole_units_and_blocks():
     """wg_eligible: the Hopper kernels take a matrix of a width class they serve, of whole units of row
     groups, K in whole phases of every slice and in whole blocks (pti_wg_tiles copies whole blocks of a

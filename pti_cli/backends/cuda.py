@@ -513,10 +513,15 @@ class KernelBackend(Backend):
 
 def launch_kernel(driver, f, grid: tuple, block: tuple, smem: int, stream: int, args, pdl: bool, what: str,
                   cluster: int = 0) -> None:
-    """cuLaunchKernelEx on `stream`; with pdl, programmatic stream serialisation: the kernel may
-    start before the previous one in the stream ends (it calls griddepcontrol.wait before
-    touching that kernel's outputs; every kernel of kernels/ does).  cluster > 0: thread-block
-    clusters of (cluster, 1, 1) (sm_90+; the grid's x must be a multiple)."""
+    """cuLaunchKernelEx on `stream` (launch_config)."""
+    _cu(driver.cuLaunchKernelEx(launch_config(driver, grid, block, smem, stream, pdl, cluster), f, args, 0), what)
+
+
+def launch_config(driver, grid: tuple, block: tuple, smem: int, stream: int, pdl: bool, cluster: int = 0):
+    """A launch's CUlaunchConfig.  pdl: programmatic stream serialisation: the kernel may start before
+    the previous one in the stream ends (it calls griddepcontrol.wait before touching that kernel's
+    outputs; every kernel of kernels/ does).  cluster > 0: thread-block clusters of (cluster, 1, 1)
+    (sm_90+; the grid's x must be a multiple)."""
     cfg = driver.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = tuple(grid) + (1,) * (3 - len(grid))
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = tuple(block) + (1,) * (3 - len(block))
@@ -536,7 +541,7 @@ def launch_kernel(driver, f, grid: tuple, block: tuple, smem: int, stream: int, 
     if attrs:
         cfg.attrs = attrs
         cfg.numAttrs = len(attrs)
-    _cu(driver.cuLaunchKernelEx(cfg, f, args, 0), what)
+    return cfg
 
 
 # The matmul kernels' preferred shared-memory carveout, in percent of the most an SM has (228 KB on
