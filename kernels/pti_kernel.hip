@@ -979,24 +979,29 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     const int unit = C == 1 ? blockIdx.x : blockIdx.x / C, rank = C == 1 ? 0 : blockIdx.x % C;
     // (selects, not a.q[twin]: an indexed parameter array is copied to local memory)
     const int M = twin ? a.M[1] : a.M[0], nb = a.nb, nst = C == 1 ? nb / PB : SPC * (nb / 8) / PB, nphs = nst / SPC;
-    const char* qc = (twin ? a.q[1] : a.q[0]) + (pti_u64)unit * nb * WB;   // phases: this CTA's, a slice's
-    const char* scs = (twin ? a.s[1] : a.s[0]) + (pti_u64)unit * nb * SB;
-    const char* xc = twin ? a.x[1] : a.x[0];
+    // this CTA's first slice (rank): its blocks from (unit nb + rank nb / 8), its tiles from rank nb / 8
+    const pti_u64 first = (pti_u64)rank * (nb / 8);
+    const char* qc = (twin ? a.q[1] : a.q[0]) + ((pti_u64)unit * nb + first) * WB;   // phases: this CTA's, a slice's
+    const char* scs = (twin ? a.s[1] : a.s[0]) + ((pti_u64)unit * nb + first) * SB;
+    const char* xc = (twin ? a.x[1] : a.x[0]) + first * (NR * 64);
     void* y = twin ? a.y[1] : a.y[0];
     const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem), full = sbase, wbase = sbase + 128;
     float* run = (float*)(pti_smem + 128 + S * SLOT);   // C = 1: the running sums; else SPC slices' sums
     // phase i into slot st: what 1 = the weights and scales (and the barrier's byte count, the tiles'
-    // included), 2 = the tiles.  Its first block: i PB (C = 1), else in slice rank + (i / nphs) C.
+    // included), 2 = the tiles.  Its first block, from the CTA's first: i PB, and for the CTA's j-th slice
+    // (rank + j C, j = i / nphs) C - 1 slices more per j.  j without a division (SASS, session 28: thread
+    // 0's I2F/MUFU/F2I in every phase's refill): the used C are 1, 4 and 8.
     auto fill = [&](int i, int st, int what) {
         const unsigned slot = wbase + st * SLOT, bar = full + 8 * st;
-        const pti_u64 b = C == 1 ? (pti_u64)i * PB : (pti_u64)(rank + i / nphs * C) * (nb / 8) + (i % nphs) * PB;
+        const int j = SPC == 8 || SPC == 1 ? 0 : SPC == 2 ? (i >= nphs) : i / nphs;
+        const pti_u64 b = (pti_u64)i * PB + (pti_u64)j * (C - 1) * (nb / 8);
         if (what & 1) {
             asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }"
                          ::"r"(bar), "r"(SLOT) : "memory");
-            pti_wg_bulk(slot, qc + (C == 1 ? (pti_u64)i * PB * WB : b * WB), PB * WB, bar);
-            pti_wg_bulk(slot + PB * WB, scs + (C == 1 ? (pti_u64)i * PB * SB : b * SB), PB * SB, bar);
+            pti_wg_bulk(slot, qc + b * WB, PB * WB, bar);
+            pti_wg_bulk(slot + PB * WB, scs + b * SB, PB * SB, bar);
         }
-        if (what & 2) pti_wg_bulk(slot + WSTAGE, xc + (C == 1 ? (pti_u64)i * PHASE : b * (NR * 64)), PHASE, bar);
+        if (what & 2) pti_wg_bulk(slot + WSTAGE, xc + b * (NR * 64), PHASE, bar);
     };
     if (tid == 0) {
         for (int i = 0; i < S; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full + 8 * i) : "memory");
@@ -1036,7 +1041,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             const unsigned long long desc = desc0 + ((st * SLOT + u * NR * 64) >> 4);   // no carry: < 256 KB
             pti_wg_block<NR, TIN>(acc, w, desc, desc + (256 >> 4), sc, k);
         }
-        if (--left == 0) {   // a slice done: v = p0, then v += p_slice (C > 1: parked), each thread its own elements
+        if (SPC > 1 && --left == 0) {   // a slice done: v = p0, then v += p_slice (C > 1: parked), each thread its own elements
             left = nphs;
 #pragma unroll
             for (int i = 0; i < ND; ++i) {
@@ -1053,6 +1058,9 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             parity ^= 1u;
         }
     }
+    if (SPC == 1)   // the one slice's sums, parked after the loop (not behind a branch in it)
+#pragma unroll
+        for (int i = 0; i < ND; ++i) run[i * T + tid] = acc[i];
     // D layout (per warp as mma.sync's C): element i is weight row 16 warp + g + 8 ((i >> 1) & 1) of the
     // unit, activation row 8 (i >> 2) + 2 t + (i & 1).  The policy's epilogue arithmetic (pti_finish).
     const int g = lane >> 2, t = lane & 3, rg = unit * R + warp;

@@ -4,13 +4,14 @@
 # architecture (pti_cli/backends/compile.py), so a binary built by an earlier call of the same
 # source on the same machine kind is the one the compile would give.
 #   In a call (carry [".whl", ".carry"]):  source scripts/device_cache.sh   (sets PTI_CACHE_DIR)
-#                                           ... kcache_save                 (writes $OUT/kcache.tar)
-#   Here, after the call:                   tar -xf /work/.device/N/kcache.tar -C .carry
+#                                           ... kcache_save                 (writes $OUT/kcache.tar.gz)
+#   Here, after the call:                   tar -xzf /work/.device/N/kcache.tar.gz -C .carry
 # .carry/ is git-ignored; delete .carry/pti-cache when it grows (it travels with every call).
 export PTI_CACHE_DIR="$PWD/.carry/pti-cache"
 mkdir -p "$PTI_CACHE_DIR/kernels"
-# Only this tree's binaries (pti_kernel.hip's and pti_ops.hip's for this GPU): the device returns files
-# of at most 16 MiB, and a cache holding several trees' builds outgrew that in session 14.
+# Only this tree's binaries (pti_kernel.hip's and pti_ops.hip's for this GPU), compressed: the device
+# returns files of at most 16 MiB; a cache holding several trees' builds outgrew that in session 14, and
+# one tree's three binaries, uncompressed, in session 29.
 kcache_save() {
     local names
     names=$(python3 -c "
@@ -25,5 +26,5 @@ for n, arch in (('pti_kernel.hip', device_arch(major, minor, hopper)), ('pti_ker
     if p.is_file():
         print('pti-cache/kernels/' + p.name)") || return 1
     names=$(echo "$names" | sort -u)
-    [ -n "$names" ] && tar -cf "${OUT:-/tmp/out}/kcache.tar" -C "$PWD/.carry" $names
+    [ -n "$names" ] && tar -czf "${OUT:-/tmp/out}/kcache.tar.gz" -C "$PWD/.carry" $names
 }

@@ -19,7 +19,7 @@ step() { echo "== $(date -u +%T) $*" >> "$LOG"; }
 
 step make test-gpu
 timeout 300 make test-gpu PYTHON=python3 2>&1 | tail -6 >> "$LOG"
-kcache_save   # the kernels are compiled by now: $OUT/kcache.tar for the next call
+kcache_save   # the kernels are compiled by now: $OUT/kcache.tar.gz for the next call
 step kernels
 timeout 200 python3 -m pti_cli.cli bench --kernels --json "$OUT/kernels.json" \
     --kernel-variants default,t1_r1_m1_u8,t1_r1_m1_u4,t1_r1_m1_u4_p1,t2_r1_m1_u2,t2_r1_m1_u2_p1,t2_r2_m1_u2 > /tmp/kernels.log 2>&1

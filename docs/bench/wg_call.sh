@@ -5,7 +5,7 @@
 #     table    the kernel table of 28672x4096 (the one matrix of width class "x") with and without the path
 #     table16  the same with f16 activations (the h16 matrices' kernels: --kernel-act f16)
 #     table16a the f16 table with the path only (PTI_WGMMA=1)
-#     save     the kernel binaries to $OUT/kcache.tar (carry ".carry" next time; scripts/device_cache.sh)
+#     save     the kernel binaries to $OUT/kcache.tar.gz (carry ".carry" next time; scripts/device_cache.sh)
 #     test     make test-gpu;   test-wg: make test-gpu with PTI_WGMMA=1
 #     synth    pti bench --synthetic 8b, sequences 1,16,32,64, twins a and ab, with and without the path
 #     narrow   the cluster forms (PTI_WG_NARROW=1): make test-gpu with them, the kernel table of all four
