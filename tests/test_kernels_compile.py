@@ -395,7 +395,7 @@ def test_hopper_eligibility_wants_whole_units_and_blocks():
     from pti_cli.backends.cuda import CudaBackend
     from pti_cli.backends.repack import RING_GROUPS, Packed
     be = object.__new__(CudaBackend)   # the fields wg_eligible reads; no GPU here
-    be.wgmma, be.sm_count, be.wg_classes = True, 4, ("x",)
+    be.wgmma, be.sm_count, be.wg_classes, be.wg_take = True, 4, ("x",), None
 
     def pack(groups: int, k: int) -> Packed:
         nb = -(-k // 32)
@@ -413,16 +413,45 @@ def test_hopper_eligibility_wants_whole_units_and_blocks():
     assert not be.wg_eligible(pack(tall, 1024))
 
 
+def test_hopper_take_rule_by_class_rows_and_k():
+    """PTI_WG_NARROW=auto (WG_TAKE): the Hopper kernels take a wide matrix only from 33 rows and a narrow one
+    only on a long K, where they were measured faster than the policy; no ring copy for a matrix they would
+    never take.  Without the rule (wg_take None) every eligible matrix at 17-64 rows."""
+    from pti_cli.backends.cuda import WG_TAKE, CudaBackend, Epilogue
+    from pti_cli.backends.repack import Packed
+    be = object.__new__(CudaBackend)
+    be.wgmma, be.sm_count, be.wg_classes, be.wg_take = True, 4, ("x", "w", "n"), WG_TAKE
+
+    def pack(groups: int, k: int) -> Packed:
+        nb = k // 32
+        p = Packed(torch.zeros(groups, nb, 32, 16, dtype=torch.int8), torch.zeros(groups, nb, 8, dtype=torch.int32),
+                   16 * groups, k)
+        p.ring = p if be.wg_eligible(p) else None   # (wg_ready asks only whether there is one)
+        return p
+    tall, wide, narrow = 32, 16, 8   # row groups (8, 4 and 2 a SM): width classes x, w (from 2.5 a SM) and n
+    assert [be.wg_eligible(pack(g, 1024)) for g in (tall, wide, narrow)] == [True, True, False]
+    assert be.wg_eligible(pack(narrow, 8192)) and not be.wg_eligible(pack(narrow, 8192 - 1024))
+    for g, k, fewest in ((tall, 1024, 17), (wide, 1024, 33), (narrow, 8192, 17)):
+        p = pack(g, k)
+        assert [be.wg_ready([p], m) for m in (16, fewest - 1, fewest, 64, 65)] == [False, False, True, True, False]
+    assert not be.wg_ready([pack(tall, 1024), pack(narrow, 1024)], 40)    # every pack must have its copy
+    inv = [torch.ones(40)]
+    assert be.wg_ready([pack(tall, 1024)], 40, Epilogue(32, inv=inv))
+    assert not be.wg_ready([pack(tall, 1024)], 40, Epilogue(32, inv=inv, pin=[torch.ones(40, 2)]))   # more than an inv
+    be.wg_take = None
+    assert be.wg_eligible(pack(narrow, 1024)) and be.wg_ready([pack(wide, 1024)], 17)
+
+
 def test_hopper_settings_and_shared_memory(monkeypatch):
-    """PTI_WG_NARROW ("w" unless "0" or "1"; a clear error otherwise), and wg_smem: the cluster forms park the sums
-    of their 8 / C slices where the one-CTA form keeps one running sum, all within two CTAs a SM."""
-    from pti_cli.backends.cuda import WG_VARIANTS, wg_classes_wanted, wg_smem
+    """PTI_WG_NARROW ("auto" unless "0", "w" or "1"; a clear error otherwise), and wg_smem: the cluster forms park
+    the sums of their 8 / C slices where the one-CTA form keeps one running sum, all within two CTAs a SM."""
+    from pti_cli.backends.cuda import WG_TAKE, WG_VARIANTS, wg_classes_wanted, wg_smem, wg_take_wanted
     from pti_cli.errors import PtiError
     monkeypatch.delenv("PTI_WG_NARROW", raising=False)
-    assert wg_classes_wanted() == ("x", "w")
+    assert wg_classes_wanted() == ("x", "w", "n") and wg_take_wanted() is WG_TAKE
     for v, want in (("0", ("x",)), ("w", ("x", "w")), ("1", ("x", "w", "n"))):
         monkeypatch.setenv("PTI_WG_NARROW", v)
-        assert wg_classes_wanted() == want
+        assert wg_classes_wanted() == want and wg_take_wanted() is None
     for bad in ("on", "n", ""):
         monkeypatch.setenv("PTI_WG_NARROW", bad)
         with pytest.raises(PtiError, match="PTI_WG_NARROW"):

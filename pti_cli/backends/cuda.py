@@ -90,18 +90,36 @@ def wg_name(code: str, out: str, suffix: str) -> str:
     return f"pti_wg_{'bf16' if code == 'bf16' else 'f16'}_{out}_{suffix}"
 
 
-WG_NARROW = {"0": ("x",), "w": ("x", "w"), "1": ("x", "w", "n")}
+WG_NARROW = {"0": ("x",), "w": ("x", "w"), "1": ("x", "w", "n"), "auto": ("x", "w", "n")}
+# With PTI_WG_NARROW=auto, where the Hopper kernels are faster than the policy's, their tile-layout launch
+# included: by width class, (fewest rows, fewest K).  `bench --kernels` and scripts/wg_gap.py on the H200
+# (docs/perf.md, session 29): the cluster forms' call costs 2-4 us more than their matmul alone, which
+# 6144x4096 pays back only at 64 rows (21.0 against the policy's 29.8 us; 14.6 against 13.8 at 32) and
+# the narrow class only on a long K (4096x14336: 28.4 / 42.1 against 30.4 / 46.4 us at 32 / 64 rows;
+# 4096x4096: 12.3 / 17.8 against 10.4 / 16.3).
+WG_TAKE = {"x": (WG_MIN_ROWS, 0), "w": (33, 0), "n": (WG_MIN_ROWS, 8192)}
+
+
+def wg_setting() -> str:
+    """PTI_WG_NARROW: "0" the Hopper kernels for the tall matrices only, "w" the wide ones' cluster forms
+    too (an 8B model's QKV), "1" the narrow ones' as well, each at every K and 17-64 rows (A/B runs and
+    the tests); "auto" (the default) every class where measured faster (WG_TAKE)."""
+    v = os.environ.get("PTI_WG_NARROW", "auto")
+    if v not in WG_NARROW:
+        raise PtiError(f"PTI_WG_NARROW must be 0, w, 1 or auto, not {v!r}")
+    return v
 
 
 def wg_classes_wanted() -> tuple[str, ...]:
-    """The width classes the Hopper kernels are loaded for (WG_VARIANTS): the tall matrices ("x") and, by
-    default ("w"), the cluster forms for the wide ones (an 8B model's QKV); "1": the narrow ones too, "0":
-    the tall ones only.  `bench --synthetic 8b`, one call, 0 / w / 1: 9201 / 9493 / 9475 tok/s at 64
-    sequences of one model, 7693 / 7818 / 7807 of twins ab (docs/perf.md, session 28)."""
-    v = os.environ.get("PTI_WG_NARROW", "w")
-    if v not in WG_NARROW:
-        raise PtiError(f"PTI_WG_NARROW must be 0, w or 1, not {v!r}")
-    return WG_NARROW[v]
+    """The width classes the Hopper kernels are loaded for (WG_VARIANTS, wg_setting).  `bench --synthetic
+    8b`, one call, 0 / w / 1: 9201 / 9493 / 9475 tok/s at 64 sequences of one model, 7693 / 7818 / 7807
+    of twins ab (docs/perf.md, session 28, before session 29's faster cluster forms)."""
+    return WG_NARROW[wg_setting()]
+
+
+def wg_take_wanted() -> dict | None:
+    """WG_TAKE with PTI_WG_NARROW=auto; None: every matrix of a loaded class at 17-64 rows."""
+    return WG_TAKE if wg_setting() == "auto" else None
 
 
 def wg_smem(mt: int, pb: int, slots: int, c: int = 1) -> int:
@@ -255,6 +273,7 @@ class KernelBackend(Backend):
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
         self.wgmma = False   # the Hopper kernels are loaded (CUDA backend on sm_90 unless PTI_WGMMA=0)
         self.wg_classes = ("x",)   # the width classes they take (WG_VARIANTS, wg_classes_wanted)
+        self.wg_take: dict | None = None   # where within those (WG_TAKE, wg_take_wanted); None: everywhere
         self._tiles: dict[int, torch.Tensor] = {}   # their activation tiles by blocks a row (launch_wg): kept
                                                      # for good, since captured graphs hold their address
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
@@ -315,10 +334,12 @@ class KernelBackend(Backend):
         units of row groups, K in whole phases of every slice (bf16 inputs, or f16 and h16: their f16
         forms) and in whole blocks: pti_wg_tiles copies every row's nb blocks whole, so past a ragged K
         it would read the next row's values (or past the end), where a NaN or inf times the padding's
-        zero weights is NaN (session 28: 1024x1000 with PTI_WG_NARROW=1)."""
+        zero weights is NaN (session 28: 1024x1000 with PTI_WG_NARROW=1); and K long enough for its
+        class (WG_TAKE), so that no ring copy is made for a matrix the policy is faster on."""
         g, nb = p.q.shape[:2]
-        return (self.wgmma and width_class(p.rows / 16 / self.sm_count) in self.wg_classes
-                and g % RING_GROUPS == 0 and nb % 32 == 0 and p.cols == 32 * nb)
+        cls = width_class(p.rows / 16 / self.sm_count)
+        return (self.wgmma and cls in self.wg_classes and g % RING_GROUPS == 0 and nb % 32 == 0
+                and p.cols == 32 * nb and (self.wg_take is None or p.cols >= self.wg_take[cls][1]))
 
     def with_ring(self, p: Packed) -> Packed:
         """p, with its ring-layout copy for the Hopper kernels when they are loaded, can take it, and the
@@ -343,8 +364,12 @@ class KernelBackend(Backend):
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: their epilogue
         takes only a given inv per row."""
-        return (WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
+        return (WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None and self.wg_fewest_rows(p) <= m for p in packs)
                 and (epi is None or epi.inv_only()))
+
+    def wg_fewest_rows(self, p: Packed) -> int:
+        """The fewest rows the Hopper kernels take p at: WG_MIN_ROWS, or more by WG_TAKE."""
+        return WG_MIN_ROWS if self.wg_take is None else self.wg_take[width_class(p.rows / 16 / self.sm_count)][0]
 
     def _dev(self, a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a).view(np.dtype(str(dtype).split(".")[1])).copy())
@@ -631,7 +656,7 @@ class CudaBackend(KernelBackend):
         first, then (PTI_WG_NARROW) the cluster forms; a class whose kernels do not fit two CTAs a SM (a
         card with less shared memory) is left to the policy kernels."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
-        classes = wg_classes_wanted()
+        classes, self.wg_take = wg_classes_wanted(), wg_take_wanted()
         for cls in classes:
             for _, suffix, mt, pb, slots, c in WG_VARIANTS[cls]:
                 for n in (wg_name(t, o, suffix) for t in ("bf16", "f16") for o in WG_OUTS):
