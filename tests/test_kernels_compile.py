@@ -414,9 +414,10 @@ def test_hopper_eligibility_wants_whole_units_and_blocks():
 
 
 def test_hopper_take_rule_by_class_rows_and_k():
-    """PTI_WG_NARROW=auto (WG_TAKE): the Hopper kernels take a wide matrix only from 33 rows and a narrow one
-    only on a long K, where they were measured faster than the policy; no ring copy for a matrix they would
-    never take.  Without the rule (wg_take None) every eligible matrix at 17-64 rows."""
+    """PTI_WG_NARROW=auto (WG_TAKE): the Hopper kernels take a wide matrix of one twin only from 33 rows (two
+    twins from 17) and a narrow one only on a long K, where they were measured faster than the policy; no
+    ring copy for a matrix they would never take.  Without the rule (wg_take None) every eligible matrix at
+    17-64 rows."""
     from pti_cli.backends.cuda import WG_TAKE, CudaBackend, Epilogue
     from pti_cli.backends.repack import Packed
     be = object.__new__(CudaBackend)
@@ -434,6 +435,8 @@ def test_hopper_take_rule_by_class_rows_and_k():
     for g, k, fewest in ((tall, 1024, 17), (wide, 1024, 33), (narrow, 8192, 17)):
         p = pack(g, k)
         assert [be.wg_ready([p], m) for m in (16, fewest - 1, fewest, 64, 65)] == [False, False, True, True, False]
+        # two twins: one launch where the policy makes two, from 17 rows in every class
+        assert [be.wg_ready([p, pack(g, k)], m) for m in (16, 17, 64, 65)] == [False, True, True, False]
     assert not be.wg_ready([pack(tall, 1024), pack(narrow, 1024)], 40)    # every pack must have its copy
     inv = [torch.ones(40)]
     assert be.wg_ready([pack(tall, 1024)], 40, Epilogue(32, inv=inv))

@@ -92,12 +92,13 @@ def wg_name(code: str, out: str, suffix: str) -> str:
 
 WG_NARROW = {"0": ("x",), "w": ("x", "w"), "1": ("x", "w", "n"), "auto": ("x", "w", "n")}
 # With PTI_WG_NARROW=auto, where the Hopper kernels are faster than the policy's, their tile-layout launch
-# included: by width class, (fewest rows, fewest K).  `bench --kernels` and scripts/wg_gap.py on the H200
-# (docs/perf.md, session 29): the cluster forms' call costs 2-4 us more than their matmul alone, which
-# 6144x4096 pays back only at 64 rows (21.0 against the policy's 29.8 us; 14.6 against 13.8 at 32) and
-# the narrow class only on a long K (4096x14336: 28.4 / 42.1 against 30.4 / 46.4 us at 32 / 64 rows;
-# 4096x4096: 12.3 / 17.8 against 10.4 / 16.3).
-WG_TAKE = {"x": (WG_MIN_ROWS, 0), "w": (33, 0), "n": (WG_MIN_ROWS, 8192)}
+# included: by width class, (fewest rows for one twin, for two, fewest K).  scripts/wg_gap.py on the H200
+# (docs/perf.md, session 29): the cluster forms' call costs 2-4 us more than their matmul alone, which for
+# one twin 6144x4096 pays back only at 64 rows (21.0 against the policy's 29.8 us; 14.6 against 13.8 at
+# 32) and the narrow class only on a long K (4096x14336: 28.4 / 42.1 against 30.4 / 46.4 us at 32 / 64
+# rows; 4096x4096: 12.3 / 17.8 against 10.4 / 16.3).  Two twins take one launch where the policy makes
+# two (27.4 against 28.6 us at 32 rows on 6144x4096 already in session 28).
+WG_TAKE = {"x": (WG_MIN_ROWS, WG_MIN_ROWS, 0), "w": (33, WG_MIN_ROWS, 0), "n": (WG_MIN_ROWS, WG_MIN_ROWS, 8192)}
 
 
 def wg_setting() -> str:
@@ -339,7 +340,7 @@ class KernelBackend(Backend):
         g, nb = p.q.shape[:2]
         cls = width_class(p.rows / 16 / self.sm_count)
         return (self.wgmma and cls in self.wg_classes and g % RING_GROUPS == 0 and nb % 32 == 0
-                and p.cols == 32 * nb and (self.wg_take is None or p.cols >= self.wg_take[cls][1]))
+                and p.cols == 32 * nb and (self.wg_take is None or p.cols >= self.wg_take[cls][2]))
 
     def with_ring(self, p: Packed) -> Packed:
         """p, with its ring-layout copy for the Hopper kernels when they are loaded, can take it, and the
@@ -364,12 +365,15 @@ class KernelBackend(Backend):
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: their epilogue
         takes only a given inv per row."""
-        return (WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None and self.wg_fewest_rows(p) <= m for p in packs)
-                and (epi is None or epi.inv_only()))
+        return (WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
+                and all(self.wg_fewest_rows(p, len(packs)) <= m for p in packs) and (epi is None or epi.inv_only()))
 
-    def wg_fewest_rows(self, p: Packed) -> int:
-        """The fewest rows the Hopper kernels take p at: WG_MIN_ROWS, or more by WG_TAKE."""
-        return WG_MIN_ROWS if self.wg_take is None else self.wg_take[width_class(p.rows / 16 / self.sm_count)][0]
+    def wg_fewest_rows(self, p: Packed, twins: int) -> int:
+        """The fewest rows (of a twin) the Hopper kernels take p at, for a launch of that many twins:
+        WG_MIN_ROWS, or more by WG_TAKE."""
+        if self.wg_take is None:
+            return WG_MIN_ROWS
+        return self.wg_take[width_class(p.rows / 16 / self.sm_count)][twins - 1]
 
     def _dev(self, a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a).view(np.dtype(str(dtype).split(".")[1])).copy())
