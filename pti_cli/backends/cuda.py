@@ -65,10 +65,9 @@ ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # x1.94 and x3.36).  The copy doubles those matrices' memory: it is made only while RING_RESERVE of
 # the card's memory stays free.  By width class, then rows: (max rows, name suffix, tiles of 8 rows, blocks
 # a phase, ring slots, cluster size C), as pti_kernel.hip's PTI_WG_ALL lines; at 16 rows the policy is as
-# fast.  The narrower classes take the cluster forms (C > 1): the wide class by default, the narrow one
-# with PTI_WG_NARROW=1 (wg_classes_wanted).  On the H200 (docs/perf.md, session 28) they take 6144x4096 at
-# 64 rows to 0.78 of the policy's time (0.69 for two twins); on the narrow class they are slower for one
-# model, and 15-37% slower than scripts/wgmma_probe.py's same forms (scripts/wg_gap.py asks why).
+# fast.  The narrower classes take the cluster forms (C > 1), where they are faster (WG_TAKE below;
+# PTI_WG_NARROW, wg_setting).  Their matmul alone times as scripts/wgmma_probe.py's same forms since
+# session 29; their call pays one launch more (pti_wg_tiles), 2-4 us (docs/perf.md, session 29).
 WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1), (64, "m8", 8, 2, 4, 1)),
                "w": ((32, "m4_c4", 4, 4, 3, 4), (64, "m8_c8", 8, 2, 4, 8)),
                "n": ((32, "m4_c8", 4, 2, 4, 8), (64, "m8_c8", 8, 2, 4, 8))}
