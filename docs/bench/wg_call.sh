@@ -14,6 +14,7 @@
 #     gap      scripts/wg_gap.py (the cluster forms' call, matmul, tiles, policy, resident clusters) and the
 #              probe's forms of the same shapes, in one call (docs/perf.md, session 28, item 2)
 #     synth-narrow the synthetic bench (sequences 32,64, twins a and ab) with PTI_WG_NARROW=0, w, 1 and auto
+#              (or the values in SYNTH_NW, e.g. SYNTH_NW="0 w auto")
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -70,7 +71,7 @@ narrow|narrow-synth)
         --json "$OUT/synth_8b_narrow$nw.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done ;;
 synth-narrow)
-  for nw in 0 w 1 auto; do
+  for nw in ${SYNTH_NW:-0 w 1 auto}; do
     step "bench --synthetic 8b --twins a,ab PTI_WG_NARROW=$nw"
     PTI_WG_NARROW=$nw timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 32,64 --twins a,ab --repeats 3 \
         --json "$OUT/synth_8b_ab_narrow$nw.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
