@@ -1126,16 +1126,29 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
 // NR x 32 bf16, file block b at sequence position (b % 8) nb / 8 + b / 8 (slice-major); within a tile,
 // row r, column c = 16 h + 8 j + 2 w + e at element (r >> 3) 256 + w 64 + (r & 7) 8 + 4 h + 2 j + e (the
 // k permutation the repack gives the A fragments).  Rows past M repeat row M - 1.  One thread a 16-byte
-// piece (row r, word w of a tile).
+// piece (row r, word w of a tile).  With partial sums (pa): the CTAs past the tiles' also write each row's
+// inv from them (pti_row_inv_rows's arithmetic, a warp a row) for the matmul's epilogue, so that a scaled
+// matmul needs no row_inv launch of its own: one dependent launch fewer in the chain (docs/perf.md,
+// session 29).
 extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned short* xa, const unsigned short* xb,
                                                                unsigned short* ta, unsigned short* tb, int ma,
-                                                               int mb, int nb, int ldx, int nr) {
+                                                               int mb, int nb, int ldx, int nr, const float* pa,
+                                                               const float* pb, int ng, int K, float eps,
+                                                               float* inva, float* invb) {
     pti_pdl_trigger();   // the matmul after may start its weight copies
     pti_pdl_wait();
     const int twin = blockIdx.y, M = twin ? mb : ma;
+    const int pieces = nb * nr * 4, tile_ctas = (pieces + 255) / 256;
+    if ((int)blockIdx.x >= tile_ctas) {   // the rows' inv
+        const int row = (blockIdx.x - tile_ctas) * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+        if (row >= M) return;
+        const float v = pti_row_inv((twin ? pb : pa) + (pti_u64)row * ng, ng, K, eps, lane);
+        if (lane == 0) (twin ? invb : inva)[row] = v;
+        return;
+    }
     const unsigned short* x = twin ? xb : xa;
     unsigned short* out = twin ? tb : ta;
-    const int p = blockIdx.x * 256 + threadIdx.x, pieces = nb * nr * 4;
+    const int p = blockIdx.x * 256 + threadIdx.x;
     if (p >= pieces) return;
     const int j = p / (nr * 4), r = (p >> 2) % nr, w = p & 3;   // tile j of the sequence, row, word
     const int nblk = nb / 8, b = (j % nblk) * 8 + j / nblk;

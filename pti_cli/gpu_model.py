@@ -131,6 +131,14 @@ class KernelLinear:
         """Whether this matrix's M rows go in one launch of a kernel with the inv CTAs' form (one twin)."""
         return len(parts) == 1 and self.backend.inv_form_ok(M, self.w, out, self.glu)
 
+    def _wg_sums_inv(self, M: int, parts: list) -> bool:
+        """Whether this matrix's M rows go to the Hopper kernels in one launch, whose activation-layout
+        launch then sums the rows' inv (Epilogue.sum_inv; PTI_WG_SUM_INV=0: a row_inv launch, for A/B)."""
+        if not getattr(self.backend, "wgmma", False) or os.environ.get("PTI_WG_SUM_INV", "1") == "0":
+            return False
+        packs = [self.w.packs[self.w.plane[t]] for t, _, _ in parts]
+        return self.backend.wg_ready(packs, max(hi - lo for _, lo, hi in parts))
+
     def scaled(self, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
                inv: torch.Tensor | None = None) -> torch.Tensor | None:
         """inv(p) * (u @ W^T), the scale inside the kernel's epilogue (see `scaled` below); None where
@@ -148,6 +156,11 @@ class KernelLinear:
             # summed once by the launch's first CTAs, read by the others
             epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts], inv=[inv[lo:hi] for _, lo, hi in parts],
                            h16=self.h16)
+        elif self._wg_sums_inv(M, parts):
+            # the Hopper kernels: summed by the launch that lays out their activations (no row_inv launch)
+            inv = torch.empty(M, dtype=torch.float32, device=u.device)
+            epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts], inv=[inv[lo:hi] for _, lo, hi in parts],
+                           h16=self.h16, sum_inv=True)
         else:   # summed once by a launch, so that the CTAs read one float per row instead of the partials
             inv = self.backend.row_inv(p, u.shape[1], eps)
             epi = Epilogue(p.shape[1], eps, inv=[inv[lo:hi] for _, lo, hi in parts], h16=self.h16)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -208,7 +208,9 @@ class Epilogue:
     tensors are row-aligned with the rows.  Both `pin` and `inv`: the launch's first CTAs compute
     the rows' inv into `inv`, the others read them there (a row still pending: they sum them all
     themselves; `no_inv_ctas`, for tests: only that).  `invo` (a residual epilogue):
-    the next matmul's inv, set pending by this launch (kernels/pti_kernel.hip, PtiArgs)."""
+    the next matmul's inv, set pending by this launch (kernels/pti_kernel.hip, PtiArgs).  `sum_inv`
+    (the Hopper kernels only): `pin` and `inv`, the rows' inv summed into `inv` by the launch that lays
+    out the activations (pti_wg_tiles), before the matmul, whatever `inv` held."""
     ng: int
     eps: float = 0.0
     pin: list = field(default_factory=list)
@@ -219,21 +221,28 @@ class Epilogue:
     invo: list = field(default_factory=list)
     no_inv_ctas: bool = False
     h16: bool = False   # the norm parts (uo) or silu(gate) * up come out as h16, for an h16 matrix after it
+    sum_inv: bool = False
 
     def rows(self, lo: int, hi: int) -> "Epilogue":
         cut = lambda ts: [t[lo:hi] for t in ts]   # noqa: E731
         return Epilogue(self.ng, self.eps, cut(self.pin), cut(self.inv), cut(self.uo), cut(self.po), list(self.g),
-                        cut(self.invo), self.no_inv_ctas, self.h16)
+                        cut(self.invo), self.no_inv_ctas, self.h16, self.sum_inv)
 
     def twin(self, i: int) -> "Epilogue":
         """The epilogue of the launch's i-th twin alone."""
         one = lambda ts: ts[i:i + 1]   # noqa: E731
         return Epilogue(self.ng, self.eps, one(self.pin), one(self.inv), one(self.uo), one(self.po), one(self.g),
-                        one(self.invo), self.no_inv_ctas, self.h16)
+                        one(self.invo), self.no_inv_ctas, self.h16, self.sum_inv)
 
     def inv_only(self) -> bool:
-        """Whether the epilogue only scales each row by its given inv (what the Hopper kernels take)."""
+        """Whether the epilogue only scales each row by its given inv."""
         return bool(self.inv) and not (self.pin or self.uo or self.po or self.invo)
+
+    def wg_ok(self) -> bool:
+        """Whether the Hopper kernels take it: each row scaled by its inv, given or summed (sum_inv)."""
+        if self.sum_inv:
+            return bool(self.pin and self.inv) and not (self.uo or self.po or self.invo)
+        return self.inv_only()
 
     def inv_form(self) -> bool:
         """Whether the launch takes the kernels' inv CTAs' form ("_i1": inv slots to fill or set pending)."""
@@ -363,9 +372,9 @@ class KernelBackend(Backend):
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: their epilogue
-        takes only a given inv per row."""
+        takes only each row's inv, given or summed before the matmul (Epilogue.wg_ok)."""
         return (WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
-                and all(self.wg_fewest_rows(p, len(packs)) <= m for p in packs) and (epi is None or epi.inv_only()))
+                and all(self.wg_fewest_rows(p, len(packs)) <= m for p in packs) and (epi is None or epi.wg_ok()))
 
     def wg_fewest_rows(self, p: Packed, twins: int) -> int:
         """The fewest rows (of a twin) the Hopper kernels take p at, for a launch of that many twins:
@@ -437,13 +446,18 @@ class KernelBackend(Backend):
         for m0 in range(0, total, MAX_ROWS):   # same per-row math in every chunk
             xc = [x[m0:m0 + MAX_ROWS] for x in xs]
             yc = [y[m0:m0 + MAX_ROWS] for y in ys]
-            if self.wg_ready(packs, max(x.shape[0] for x in xc), epi):
-                self.launch_wg(packs, xc, yc, glu, epi.rows(m0, m0 + MAX_ROWS) if epi is not None else None)
+            ec = epi.rows(m0, m0 + MAX_ROWS) if epi is not None else None
+            if self.wg_ready(packs, max(x.shape[0] for x in xc), ec):
+                self.launch_wg(packs, xc, yc, glu, ec)
                 continue
+            if ec is not None and ec.sum_inv:   # the policy's inv CTAs would trust its slots: sum them here
+                for pin, iv, x in zip(ec.pin, ec.inv, xc):
+                    if x.shape[0]:
+                        self.row_inv(pin, x.shape[1], ec.eps, out=iv)
+                ec = replace(ec, pin=[], sum_inv=False)
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
                                                           ys[0].dtype, rows=packs[0].rows, glu=glu,
-                                                          inv_form=epi is not None and epi.inv_form()),
-                        epi.rows(m0, m0 + MAX_ROWS) if epi is not None else None)
+                                                          inv_form=ec is not None and ec.inv_form()), ec)
 
     def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None,
                     rows: int = 0, glu: bool = False, inv_form: bool = False) -> str:
@@ -513,9 +527,9 @@ class KernelBackend(Backend):
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         raise NotImplementedError
 
-    def row_inv(self, p: torch.Tensor, cols: int, eps: float) -> torch.Tensor:
+    def row_inv(self, p: torch.Tensor, cols: int, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
         """Each row's inv = rsqrt(sum(p row) / cols + eps) (kernels/pti_kernel.hip pti_row_inv, the sum
-        order of the scaled epilogue), for launches of many rows."""
+        order of the scaled epilogue), for launches of many rows; into `out` when given."""
         raise NotImplementedError
 
     def epilogue_ok(self) -> bool:
@@ -532,7 +546,8 @@ class KernelBackend(Backend):
             if x.shape[0] != y.shape[0] or x.shape[1] != w.cols or not y.is_contiguous() or x.dtype != self.in_dtype(w):
                 raise PtiError(f"matmul_epi: rows {tuple(x.shape)} -> {tuple(y.shape)} do not fit a {w.rows}x{w.cols} matrix")
         m = max(x.shape[0] for x in xs)
-        if len(twins) == 2 and m > TWIN_KERNEL_MAX_ROWS and not self.wg_ready(w.packs, m, epi):   # as matmul_twins
+        if len(twins) == 2 and m > TWIN_KERNEL_MAX_ROWS and not self.wg_ready([w.packs[w.plane[t]] for t in twins], m, epi):
+            # as matmul_twins: two one-twin launches
             for i in range(2):
                 self.matmul_epi([twins[i]], [xs[i]], w, [ys[i]], epi.twin(i))
             return
@@ -677,13 +692,15 @@ class CudaBackend(KernelBackend):
 
     def launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor], glu: bool = False,
                   epi: Epilogue | None = None) -> str:
-        if epi is not None and not epi.inv_only():
-            raise PtiError("the Hopper kernels' epilogue takes only each row's inv")
+        if epi is not None and not epi.wg_ok():
+            raise PtiError("the Hopper kernels' epilogue takes only each row's inv, given or summed")
         if glu and (ys[0].dtype == torch.float16) != bool(epi is not None and epi.h16):   # as launch_args
             raise PtiError("silu(gate) * up comes out as h16 (float16) exactly when the epilogue says h16")
         live = [i for i, x in enumerate(xs) if x.shape[0]]   # a twin may have no rows
         invs = list(epi.inv) if epi is not None else [None] * len(xs)
-        packs, xs, ys, invs = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live], [invs[i] for i in live]
+        pins = list(epi.pin) if epi is not None and epi.sum_inv else [None] * len(xs)
+        packs, xs, ys = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live]
+        invs, pins = [invs[i] for i in live], [pins[i] for i in live]
         rp = [p.ring for p in packs]
         name, nr, c = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code, rp[0].rows)
         g, nb = rp[0].q.shape[:2]
@@ -698,9 +715,16 @@ class CudaBackend(KernelBackend):
         xa, xb = two([x.data_ptr() for x in xs])
         ta, tb = two([t.data_ptr() for t in tiles])
         ma, mb = two([x.shape[0] for x in xs])
-        launch_kernel(self._drv, self.wg_funcs["pti_wg_tiles"], (-(-per // 8 // THREADS), len(xs)), (THREADS,), 0,
-                      stream, ((xa, xb, ta, tb, ma, mb, nb, xs[0].stride(0), nr),
-                               (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 5), self.pdl, "launch pti_wg_tiles")
+        # sum_inv: 8 rows' inv a CTA past the tiles' (as row_inv), for the matmul's epilogue
+        if any(t is not None and (t.dtype != torch.float32 or t.stride(1) != 1 or t.stride(0) != epi.ng) for t in pins):
+            raise PtiError("the partial sums must be float32 rows of ng values")
+        pa, pb = two([0 if t is None else t.data_ptr() for t in pins])
+        inv_ctas = -(-max(ma, mb) // 8) if pins[0] is not None else 0
+        launch_kernel(self._drv, self.wg_funcs["pti_wg_tiles"], (-(-per // 8 // THREADS) + inv_ctas, len(xs)), (THREADS,), 0,
+                      stream, ((xa, xb, ta, tb, ma, mb, nb, xs[0].stride(0), nr, pa, pb, epi.ng if inv_ctas else 0,
+                                xs[0].shape[1], float(epi.eps) if inv_ctas else 0.0, *two([0 if v is None else v.data_ptr() for v in invs])),
+                               (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 5 + (ctypes.c_void_p,) * 2 + (ctypes.c_int,) * 2
+                               + (ctypes.c_float,) + (ctypes.c_void_p,) * 2), self.pdl, "launch pti_wg_tiles")
         (qa, qb), (sa, sb), (ya, yb) = two([p.q.data_ptr() for p in rp]), two([p.s.data_ptr() for p in rp]), \
             two([y.data_ptr() for y in ys])
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
@@ -717,11 +741,13 @@ class CudaBackend(KernelBackend):
         launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
                       (vals, types), self.pdl, f"launch {name}")
 
-    def row_inv(self, p: torch.Tensor, cols: int, eps: float) -> torch.Tensor:
+    def row_inv(self, p: torch.Tensor, cols: int, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
         rows, ng = p.shape
         if p.dtype != torch.float32 or not p.is_contiguous():
             raise PtiError("row_inv: the partial sums must be a contiguous float32 [rows, groups] tensor")
-        inv = torch.empty(rows, dtype=torch.float32, device=self.device)
+        if out is not None and (out.dtype != torch.float32 or out.shape != (rows,) or not out.is_contiguous()):
+            raise PtiError("row_inv: out must be a contiguous float32 vector of one value a row")
+        inv = torch.empty(rows, dtype=torch.float32, device=self.device) if out is None else out
         stream = torch.cuda.current_stream(self.device).cuda_stream
         launch_kernel(self._drv, self.funcs["pti_row_inv_rows"], (-(-rows // 8),), (THREADS,), 0, stream,
                       ((p.data_ptr(), rows, ng, cols, float(eps), inv.data_ptr()),

@@ -139,6 +139,31 @@ def test_scaled_epilogue(backend, ops, n, k, twins, kind):
         assert torch.equal(one.view(bits), y[i:i + 1].view(bits)), i
 
 
+@pytest.mark.parametrize("n,k,twins", [(512, 256, 1), (6144, 4096, 1), (6144, 4096, 2)])
+def test_sum_inv_epilogue(backend, ops, n, k, twins):
+    """Epilogue.sum_inv (what lin.scaled gives the Hopper kernels): the rows' inv summed before the
+    matmul into slots holding anything (poison), by the launch that lays out the Hopper kernels'
+    activations where they take the matrix (6144x4096 at 40 rows), and by row_inv into the slots where the
+    policy does (512x256): row_inv's bits in the slots, and the outputs of the inv given."""
+    from pti_cli.backends.cuda import Epilogue
+    lin = make_linear([rand_q8(n, k) for _ in range(twins)], DEV, backend)
+    parts = lin._parts(40, 20 if twins == 2 else 40)
+    x = (torch.randn(40, k, generator=GEN) * 2).to(DEV)
+    u, p = ops.norm_parts(x, norm_weights(twins, k), 20 if twins == 2 else 40, torch.bfloat16)
+    cut = lambda t: [t[lo:hi] for _, lo, hi in parts]   # noqa: E731
+    tw = [t for t, _, _ in parts]
+    packs = [lin.w.packs[lin.w.plane[t]] for t in tw]
+    assert backend.wg_ready(packs, max(hi - lo for _, lo, hi in parts)) == (n == 6144 and backend.wgmma)
+    inv = backend.row_inv(p, k, 1e-5)
+    want = torch.full((40, n), float("nan"), device=DEV)
+    backend.matmul_epi(tw, cut(u), lin.w, cut(want), Epilogue(p.shape[1], 1e-5, inv=cut(inv)))
+    slots = torch.full((40,), 1.5, device=DEV)
+    got = torch.full((40, n), float("nan"), device=DEV)
+    backend.matmul_epi(tw, cut(u), lin.w, cut(got), Epilogue(p.shape[1], 1e-5, pin=cut(p), inv=cut(slots), sum_inv=True))
+    assert torch.equal(slots, inv)
+    assert not torch.isnan(got).any() and torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
 def poisoned_scaled(backend, lin, u, p, n_a, slots):
     """lin.scaled's launch with the inv slots given and no inv CTA (the fallback: every matmul CTA
     sums the rows itself), into NaN-poisoned outputs."""
