@@ -395,7 +395,7 @@ def test_hopper_eligibility_wants_whole_units_and_blocks():
     from pti_cli.backends.cuda import CudaBackend
     from pti_cli.backends.repack import RING_GROUPS, Packed
     be = object.__new__(CudaBackend)   # the fields wg_eligible reads; no GPU here
-    be.wgmma, be.sm_count, be.wg_classes, be.wg_take = True, 4, ("x",), None
+    be.wgmma, be.sm_count, be.wg_classes, be.wg_min_k = True, 4, ("x",), None
 
     def pack(groups: int, k: int) -> Packed:
         nb = -(-k // 32)
@@ -413,15 +413,15 @@ def test_hopper_eligibility_wants_whole_units_and_blocks():
     assert not be.wg_eligible(pack(tall, 1024))
 
 
-def test_hopper_take_rule_by_class_rows_and_k():
-    """PTI_WG_NARROW=auto (WG_TAKE): the Hopper kernels take a wide matrix of one twin only from 33 rows (two
-    twins from 17) and a narrow one only on a long K, where they were measured faster than the policy; no
-    ring copy for a matrix they would never take.  Without the rule (wg_take None) every eligible matrix at
-    17-64 rows."""
-    from pti_cli.backends.cuda import WG_TAKE, CudaBackend, Epilogue
+def test_hopper_narrow_class_only_on_a_long_k():
+    """PTI_WG_NARROW=auto (WG_MIN_K): the Hopper kernels take a narrow matrix only from K = 8192, where they
+    were measured faster than the policy, and no ring copy is made for one they would not take; the other
+    classes at any K.  wg_ready: 17-64 rows through packs that all have their copy, with an epilogue that
+    only scales by each row's inv, given or summed (Epilogue.wg_ok)."""
+    from pti_cli.backends.cuda import WG_MIN_K, CudaBackend, Epilogue
     from pti_cli.backends.repack import Packed
     be = object.__new__(CudaBackend)
-    be.wgmma, be.sm_count, be.wg_classes, be.wg_take = True, 4, ("x", "w", "n"), WG_TAKE
+    be.wgmma, be.sm_count, be.wg_classes, be.wg_min_k = True, 4, ("x", "w", "n"), WG_MIN_K
 
     def pack(groups: int, k: int) -> Packed:
         nb = k // 32
@@ -432,29 +432,29 @@ def test_hopper_take_rule_by_class_rows_and_k():
     tall, wide, narrow = 32, 16, 8   # row groups (8, 4 and 2 a SM): width classes x, w (from 2.5 a SM) and n
     assert [be.wg_eligible(pack(g, 1024)) for g in (tall, wide, narrow)] == [True, True, False]
     assert be.wg_eligible(pack(narrow, 8192)) and not be.wg_eligible(pack(narrow, 8192 - 1024))
-    for g, k, fewest in ((tall, 1024, 17), (wide, 1024, 33), (narrow, 8192, 17)):
-        p = pack(g, k)
-        assert [be.wg_ready([p], m) for m in (16, fewest - 1, fewest, 64, 65)] == [False, False, True, True, False]
-        # two twins: one launch where the policy makes two, from 17 rows in every class
-        assert [be.wg_ready([p, pack(g, k)], m) for m in (16, 17, 64, 65)] == [False, True, True, False]
+    for p in (pack(tall, 1024), pack(wide, 1024), pack(narrow, 8192)):
+        assert [be.wg_ready([p], m) for m in (16, 17, 64, 65)] == [False, True, True, False]
+        assert be.wg_ready([p, p], 17)
     assert not be.wg_ready([pack(tall, 1024), pack(narrow, 1024)], 40)    # every pack must have its copy
-    inv = [torch.ones(40)]
+    inv, pin = [torch.ones(40)], [torch.ones(40, 2)]
     assert be.wg_ready([pack(tall, 1024)], 40, Epilogue(32, inv=inv))
-    assert not be.wg_ready([pack(tall, 1024)], 40, Epilogue(32, inv=inv, pin=[torch.ones(40, 2)]))   # more than an inv
-    be.wg_take = None
-    assert be.wg_eligible(pack(narrow, 1024)) and be.wg_ready([pack(wide, 1024)], 17)
+    assert be.wg_ready([pack(tall, 1024)], 40, Epilogue(32, pin=pin, inv=inv, sum_inv=True))
+    assert not be.wg_ready([pack(tall, 1024)], 40, Epilogue(32, pin=pin, inv=inv))   # the policy's inv CTAs' form
+    assert not be.wg_ready([pack(tall, 1024)], 40, Epilogue(32, pin=pin, inv=inv, invo=inv, sum_inv=True))
+    be.wg_min_k = None
+    assert be.wg_eligible(pack(narrow, 1024))
 
 
 def test_hopper_settings_and_shared_memory(monkeypatch):
     """PTI_WG_NARROW ("auto" unless "0", "w" or "1"; a clear error otherwise), and wg_smem: the cluster forms park
     the sums of their 8 / C slices where the one-CTA form keeps one running sum, all within two CTAs a SM."""
-    from pti_cli.backends.cuda import WG_TAKE, WG_VARIANTS, wg_classes_wanted, wg_smem, wg_take_wanted
+    from pti_cli.backends.cuda import WG_MIN_K, WG_VARIANTS, wg_classes_wanted, wg_min_k_wanted, wg_smem
     from pti_cli.errors import PtiError
     monkeypatch.delenv("PTI_WG_NARROW", raising=False)
-    assert wg_classes_wanted() == ("x", "w", "n") and wg_take_wanted() is WG_TAKE
+    assert wg_classes_wanted() == ("x", "w", "n") and wg_min_k_wanted() is WG_MIN_K
     for v, want in (("0", ("x",)), ("w", ("x", "w")), ("1", ("x", "w", "n"))):
         monkeypatch.setenv("PTI_WG_NARROW", v)
-        assert wg_classes_wanted() == want and wg_take_wanted() is None
+        assert wg_classes_wanted() == want and wg_min_k_wanted() is None
     for bad in ("on", "n", ""):
         monkeypatch.setenv("PTI_WG_NARROW", bad)
         with pytest.raises(PtiError, match="PTI_WG_NARROW"):

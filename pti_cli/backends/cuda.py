@@ -65,7 +65,7 @@ ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # x1.94 and x3.36).  The copy doubles those matrices' memory: it is made only while RING_RESERVE of
 # the card's memory stays free.  By width class, then rows: (max rows, name suffix, tiles of 8 rows, blocks
 # a phase, ring slots, cluster size C), as pti_kernel.hip's PTI_WG_ALL lines; at 16 rows the policy is as
-# fast.  The narrower classes take the cluster forms (C > 1), where they are faster (WG_TAKE below;
+# fast.  The narrower classes take the cluster forms (C > 1), where they are faster (WG_MIN_K below;
 # PTI_WG_NARROW, wg_setting).  Their matmul alone times as scripts/wgmma_probe.py's same forms since
 # session 29; their call pays one launch more (pti_wg_tiles), 2-4 us (docs/perf.md, session 29).
 WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1), (64, "m8", 8, 2, 4, 1)),
@@ -90,20 +90,19 @@ def wg_name(code: str, out: str, suffix: str) -> str:
 
 
 WG_NARROW = {"0": ("x",), "w": ("x", "w"), "1": ("x", "w", "n"), "auto": ("x", "w", "n")}
-# With PTI_WG_NARROW=auto, where the Hopper kernels are faster than the policy's, their tile-layout launch
-# included: by width class, (fewest rows for one twin, for two, fewest K).  scripts/wg_gap.py on the H200
-# (docs/perf.md, session 29): the cluster forms' call costs 2-4 us more than their matmul alone, which for
-# one twin 6144x4096 pays back only at 64 rows (21.0 against the policy's 29.8 us; 14.6 against 13.8 at
-# 32) and the narrow class only on a long K (4096x14336: 28.4 / 42.1 against 30.4 / 46.4 us at 32 / 64
-# rows; 4096x4096: 12.3 / 17.8 against 10.4 / 16.3).  Two twins take one launch where the policy makes
-# two (27.4 against 28.6 us at 32 rows on 6144x4096 already in session 28).
-WG_TAKE = {"x": (WG_MIN_ROWS, WG_MIN_ROWS, 0), "w": (33, WG_MIN_ROWS, 0), "n": (WG_MIN_ROWS, WG_MIN_ROWS, 8192)}
+# With PTI_WG_NARROW=auto, the fewest K by width class at which the Hopper kernels take a matrix (none: 0).
+# scripts/wg_gap.py and `pti bench --kernels` on the H200 (docs/perf.md, session 29): the cluster forms' call
+# costs 2-4 us more than their matmul alone (the pti_wg_tiles launch), which the narrow class pays back for
+# one model only on a long K (4096x14336: 28.6 / 43.1 against the policy's 30.5 / 47.0 us at 32 / 64 rows;
+# 4096x4096: 12.4 / 17.9 against 10.6 / 15.6).  The wide class (6144x4096) takes them from 17 rows: 0.9 us
+# slower than the policy at 32 rows alone, but the model ran faster with them (session 29, item 3).
+WG_MIN_K = {"n": 8192}
 
 
 def wg_setting() -> str:
     """PTI_WG_NARROW: "0" the Hopper kernels for the tall matrices only, "w" the wide ones' cluster forms
     too (an 8B model's QKV), "1" the narrow ones' as well, each at every K and 17-64 rows (A/B runs and
-    the tests); "auto" (the default) every class where measured faster (WG_TAKE)."""
+    the tests); "auto" (the default) every class, the narrow one only on a long K (WG_MIN_K)."""
     v = os.environ.get("PTI_WG_NARROW", "auto")
     if v not in WG_NARROW:
         raise PtiError(f"PTI_WG_NARROW must be 0, w, 1 or auto, not {v!r}")
@@ -117,9 +116,9 @@ def wg_classes_wanted() -> tuple[str, ...]:
     return WG_NARROW[wg_setting()]
 
 
-def wg_take_wanted() -> dict | None:
-    """WG_TAKE with PTI_WG_NARROW=auto; None: every matrix of a loaded class at 17-64 rows."""
-    return WG_TAKE if wg_setting() == "auto" else None
+def wg_min_k_wanted() -> dict | None:
+    """WG_MIN_K with PTI_WG_NARROW=auto; None: every K."""
+    return WG_MIN_K if wg_setting() == "auto" else None
 
 
 def wg_smem(mt: int, pb: int, slots: int, c: int = 1) -> int:
@@ -282,7 +281,7 @@ class KernelBackend(Backend):
         self.pdl = False   # programmatic dependent launch (set by the CUDA backend on sm_90+; PTI_PDL=0: off)
         self.wgmma = False   # the Hopper kernels are loaded (CUDA backend on sm_90 unless PTI_WGMMA=0)
         self.wg_classes = ("x",)   # the width classes they take (WG_VARIANTS, wg_classes_wanted)
-        self.wg_take: dict | None = None   # where within those (WG_TAKE, wg_take_wanted); None: everywhere
+        self.wg_min_k: dict | None = None   # the fewest K by class (WG_MIN_K, wg_min_k_wanted); None: any
         self._tiles: dict[int, torch.Tensor] = {}   # their activation tiles by blocks a row (launch_wg): kept
                                                      # for good, since captured graphs hold their address
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
@@ -344,11 +343,11 @@ class KernelBackend(Backend):
         forms) and in whole blocks: pti_wg_tiles copies every row's nb blocks whole, so past a ragged K
         it would read the next row's values (or past the end), where a NaN or inf times the padding's
         zero weights is NaN (session 28: 1024x1000 with PTI_WG_NARROW=1); and K long enough for its
-        class (WG_TAKE), so that no ring copy is made for a matrix the policy is faster on."""
+        class (WG_MIN_K), so that no ring copy is made for a matrix the policy is faster on."""
         g, nb = p.q.shape[:2]
         cls = width_class(p.rows / 16 / self.sm_count)
         return (self.wgmma and cls in self.wg_classes and g % RING_GROUPS == 0 and nb % 32 == 0
-                and p.cols == 32 * nb and (self.wg_take is None or p.cols >= self.wg_take[cls][2]))
+                and p.cols == 32 * nb and (self.wg_min_k is None or p.cols >= self.wg_min_k.get(cls, 0)))
 
     def with_ring(self, p: Packed) -> Packed:
         """p, with its ring-layout copy for the Hopper kernels when they are loaded, can take it, and the
@@ -374,14 +373,7 @@ class KernelBackend(Backend):
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: their epilogue
         takes only each row's inv, given or summed before the matmul (Epilogue.wg_ok)."""
         return (WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
-                and all(self.wg_fewest_rows(p, len(packs)) <= m for p in packs) and (epi is None or epi.wg_ok()))
-
-    def wg_fewest_rows(self, p: Packed, twins: int) -> int:
-        """The fewest rows (of a twin) the Hopper kernels take p at, for a launch of that many twins:
-        WG_MIN_ROWS, or more by WG_TAKE."""
-        if self.wg_take is None:
-            return WG_MIN_ROWS
-        return self.wg_take[width_class(p.rows / 16 / self.sm_count)][twins - 1]
+                and (epi is None or epi.wg_ok()))
 
     def _dev(self, a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a).view(np.dtype(str(dtype).split(".")[1])).copy())
@@ -674,7 +666,7 @@ class CudaBackend(KernelBackend):
         first, then (PTI_WG_NARROW) the cluster forms; a class whose kernels do not fit two CTAs a SM (a
         card with less shared memory) is left to the policy kernels."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
-        classes, self.wg_take = wg_classes_wanted(), wg_take_wanted()
+        classes, self.wg_min_k = wg_classes_wanted(), wg_min_k_wanted()
         for cls in classes:
             for _, suffix, mt, pb, slots, c in WG_VARIANTS[cls]:
                 for n in (wg_name(t, o, suffix) for t in ("bf16", "f16") for o in WG_OUTS):
