@@ -274,17 +274,21 @@ def h16_io(roles: frozenset, layer: int, n_layers: int) -> dict[str, tuple[bool,
 
 
 def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, backend: Any = None,
-                out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False)):
+                out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False),
+                residual: bool = False):
     """A Linear from one or two (int8 [N, K], f16 scales [N, K/32]) Q8_0 matrices on `device`.
     out_f32: float32 outputs from the kernels (the logits).  glu: the rows are gate then up,
     and a kernels backend that can may return silu(gate) * up itself (the Linear's `glu`).
-    h16: (the matmuls take h16 inputs, they write h16 for the matrix after them): h16_io."""
+    h16: (the matmuls take h16 inputs, they write h16 for the matrix after them): h16_io.
+    residual: its matmuls add into the residual stream (`residual` below: the attention's output and down),
+    an epilogue the Hopper kernels do not have, so a kernels backend makes no second (ring) copy of it
+    (4 GB for two 8B twins; docs/perf.md, session 29)."""
     n, k = pairs[0][0].shape
     q8_bytes = n * ((k + QBLOCK - 1) // QBLOCK) * 34 * len(pairs)
     if backend is not None:
         glu = glu and not out_f32 and getattr(backend, "glu_ok", lambda n: False)(n)
-        return KernelLinear(backend, backend.weight_from_q8(pairs, glu=glu, h16=h16[0]), len(pairs), q8_bytes,
-                            torch.float32 if out_f32 else None, h16=h16[1])
+        return KernelLinear(backend, backend.weight_from_q8(pairs, glu=glu, h16=h16[0], ring=not residual), len(pairs),
+                            q8_bytes, torch.float32 if out_f32 else None, h16=h16[1])
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
     mats = []
     for qs, scales in pairs:
@@ -710,13 +714,14 @@ def load_ssq(ssq: Any, backend: Any, device: torch.device, twins: str = "a", *, 
 
     roles = h16_roles(backend, shape) if backend is not None else frozenset()
 
-    def q8(*names: str, out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False)):
+    def q8(*names: str, out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False),
+           residual: bool = False):
         pairs = []
         for t in ts:
             parts = [ssq.q8(n, t) for n in names]
             pairs.append((torch.from_numpy(np.concatenate([p[0] for p in parts])).to(device),
                           torch.from_numpy(np.concatenate([p[1] for p in parts])).to(device)))
-        return make_linear(pairs, device, backend, out_f32, glu, h16)
+        return make_linear(pairs, device, backend, out_f32, glu, h16, residual)
 
     def vec(name: str) -> torch.Tensor:   # [n] for one twin, [2, n] for two
         v = [torch.from_numpy(np.ascontiguousarray(ssq.dense(name, t), dtype=np.float32)) for t in ts]
@@ -727,9 +732,10 @@ def load_ssq(ssq: Any, backend: Any, device: torch.device, twins: str = "a", *, 
     layers = [LayerWeights(vec(f"blk.{i}.attn_norm.weight"),
                            q8(f"blk.{i}.attn_q.weight", f"blk.{i}.attn_k.weight", f"blk.{i}.attn_v.weight",
                               h16=io[i]["qkv"]),
-                           q8(f"blk.{i}.attn_output.weight", h16=io[i]["wo"]), vec(f"blk.{i}.ffn_norm.weight"),
+                           q8(f"blk.{i}.attn_output.weight", h16=io[i]["wo"], residual=True),
+                           vec(f"blk.{i}.ffn_norm.weight"),
                            q8(f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight", glu=True, h16=io[i]["gu"]),
-                           q8(f"blk.{i}.ffn_down.weight", h16=io[i]["down"]))
+                           q8(f"blk.{i}.ffn_down.weight", h16=io[i]["down"], residual=True))
               for i in range(cfg.n_layers)]
     embed = vec("token_embd.weight").to(act)
     output = q8("token_embd.weight" if cfg.tied_embeddings else "output.weight", out_f32=True,

@@ -317,11 +317,12 @@ class KernelBackend(Backend):
         return self.epilogue_ok() and self.act_dtype == torch.bfloat16
 
     def weight_from_q8(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], cols: int | None = None,
-                       glu: bool = False, h16: bool = False) -> KernelMatrix:
+                       glu: bool = False, h16: bool = False, ring: bool = True) -> KernelMatrix:
         """One or two (int8 [N, K or nb*32], float16 [N, nb]) Q8_0 matrices (twins A, B) on any
         device; `cols` is the logical K when the int8 rows are padded to whole blocks.
         glu: the rows are [gate F | up F] and matmuls return silu(gate) * up [M, F] (bf16, or h16
-        with h16).  h16: the matmuls take h16 inputs (f16 tensors; pti_bf16_to_h16)."""
+        with h16).  h16: the matmuls take h16 inputs (f16 tensors; pti_bf16_to_h16).  ring: False for
+        a matrix the Hopper kernels will never be given (with_ring: no second copy)."""
         rows, cols = pairs[0][0].shape[0], cols or pairs[0][0].shape[1]
         if glu and not self.glu_ok(rows):
             raise PtiError(f"the {self.kind} backend cannot fuse SiLU into a {rows}-row gate/up matrix")
@@ -333,7 +334,7 @@ class KernelBackend(Backend):
             if q.shape[1] % 32:
                 q = torch.nn.functional.pad(q, (0, 32 - q.shape[1] % 32))
             pack = repack_q8(q.contiguous(), d.to(self.device, torch.float16).contiguous(), cols, self.code(h16))
-            packs.append(self.with_ring(pack))
+            packs.append(self.with_ring(pack) if ring else pack)
         plane = {0: 0, 1: 0} if len(packs) == 1 else {0: 0, 1: 1}
         return KernelMatrix(packs, plane, rows, cols, len(packs) == 1, glu=glu)
 

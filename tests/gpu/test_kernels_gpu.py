@@ -457,6 +457,23 @@ def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_ba
     assert wg_calls == want_calls   # one launch a call, both twins in it
 
 
+def test_residual_matrices_get_no_ring_copy(wg_narrow_backend):
+    """The attention's output and down matrices add into the residual stream, an epilogue the Hopper kernels
+    do not have: a model's load makes no ring copy of them, even where every class and K is served
+    (PTI_WG_NARROW=1), while its QKV and gate/up of the same K get theirs."""
+    be = wg_narrow_backend
+    if not hopper(be):
+        return
+    from pti_cli.gpu_model import GpuShape
+    from pti_cli.synthetic import build_weights
+    shape = GpuShape(n_layers=1, dim=1024, ffn=2048, n_heads=8, n_kv_heads=2, vocab=1024)
+    layer = build_weights(shape, torch.device("cuda"), "ab", 5, be).layers[0]
+    copies = lambda lin: [p.ring is not None for p in lin.w.packs]   # noqa: E731
+    assert copies(layer.wqkv) == [True, True] and copies(layer.wgu) == [True, True]
+    assert copies(layer.wo) == [False, False] and copies(layer.wdown) == [False, False]
+    assert all(be.wg_eligible(p) for lin in (layer.wo, layer.wdown) for p in lin.w.packs)   # only the load's choice
+
+
 @pytest.mark.parametrize("twins", [1, 2])
 @pytest.mark.parametrize("n,k", [(4096, 2048), (6144, 1024), (4096, 4096)])
 def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, wg_narrow_backend, monkeypatch, n, k, twins):
