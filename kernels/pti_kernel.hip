@@ -339,8 +339,20 @@ struct PtiArgs {
     // Bit 0: the norm parts (uo) and the fused gate/up's outputs are written as h16 (pti_bf16_to_h16),
     // for an h16 matrix after this one.  Bit 1: f16 inputs that are h16 (a bf16 model's), so the
     // plain outputs (TOUT 1) are bf16, not f16.
-    int h16;
+    int h16;    // A residual launch given to: u also in the tile layout of tnr rows (pti_wg_tile_at) that the Hopper
+    // matmul after it reads, so that no pti_wg_tiles launch sits between them (docs/perf.md, session 30).
+    unsigned short* to[2];
+    int tnr;
 };
+// Where pti_wg_tiles puts element (row m, column n) of rows of 32 nb columns in its tile layout of nr rows
+// (the Hopper kernels' activations): tile j = (b mod 8) nb / 8 + b / 8 of block b = n / 32, and in it column
+// c = 16 h + 8 j' + 2 w + e of row m at (m / 8) 256 + 64 w + 8 (m mod 8) + 4 h + 2 j' + e.
+__device__ __forceinline__ pti_u64 pti_wg_tile_at(int m, int n, int nb, int nr) {
+    const int b = n >> 5, c = n & 31;
+    return (pti_u64)((b & 7) * (nb >> 3) + (b >> 3)) * nr * 32 + (m >> 3) * 256 + ((c >> 1) & 3) * 64 + (m & 7) * 8
+           + 4 * (c >> 4) + 2 * ((c >> 3) & 1) + (c & 1);
+}
+
 // No inv is this bit pattern (a NaN the hardware never produces: its NaNs are 0x7fffffff).
 #define PTI_INV_PENDING 0xffffffffu
 
@@ -516,8 +528,11 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
                     float* xp = (float*)(tw ? a.y[1] : a.y[0]) + (pti_u64)m * a.ldy + n;
                     nx = __fadd_rn(*xp, pti_bf16_to_f32(pti_f32_to_bf16(v)));
                     *xp = nx;
-                    const unsigned short ub = pti_f32_to_bf16(__fmul_rn(nx, (tw ? a.g[1] : a.g[0])[n]));
-                    (tw ? a.uo[1] : a.uo[0])[(pti_u64)m * a.ldy + n] = (a.h16 & 1) ? pti_bf16_to_h16(ub) : ub;
+                    unsigned short ub = pti_f32_to_bf16(__fmul_rn(nx, (tw ? a.g[1] : a.g[0])[n]));
+                    if (a.h16 & 1) ub = pti_bf16_to_h16(ub);
+                    (tw ? a.uo[1] : a.uo[0])[(pti_u64)m * a.ldy + n] = ub;
+                    unsigned short* to = tw ? a.to[1] : a.to[0];
+                    if (to) to[pti_wg_tile_at(m, n, a.N >> 5, a.tnr)] = ub;
                 }
                 res_s[(slot * 8 + (m - mt * 8)) * 16 + col] = nx;
             } else if (n < a.N && row_ok) {
@@ -878,10 +893,12 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
         int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok,                            \
         const float* pina, const float* pinb, int ng, float eps, const float* inva,            \
         const float* invb, unsigned short* uoa, unsigned short* uob, float* poa, float* pob,   \
-        const float* ga, const float* gb, float* ioa, float* iob, int n_inv, int h16) {        \
+        const float* ga, const float* gb, float* ioa, float* iob, int n_inv, int h16,          \
+        unsigned short* toa, unsigned short* tob, int tnr) {                                   \
         const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
                            N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {inva, invb},    \
-                           {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv, h16};          \
+                           {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv, h16,           \
+                           {toa, tob}, tnr};                                                   \
         pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC>(a);                                     \
     }
 #define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false)
@@ -963,6 +980,14 @@ struct PtiWgArgs {
     int M[2];
     int N, nb, ldy;
     int h16;              // PtiArgs.h16: bit 0, silu(gate) * up comes out as h16; bit 1, h16 inputs give bf16
+    // The inv CTAs' form (PtiArgs.inv; the tiles written by the residual launch before, which set the inv
+    // slots pending): the first n_inv CTAs (whole clusters) sum the rows' inv from the partial sums pin
+    // into inv, 8 rows a CTA; the matmul's CTAs read the slots after their main loop, and a row still
+    // pending makes them sum every row themselves (the same bits).  pin null: inv is given.
+    const float* pin[2];
+    int ng;
+    float eps;
+    int n_inv;
 };
 // C > 1 (the cluster form, for matrices too narrow to fill the card with one CTA a unit): a cluster of C
 // CTAs takes a unit, rank r the slices r, r + C, ... (SPC = 8 / C of them, each from the same ring layout),
@@ -976,9 +1001,22 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     static_assert(C == 1 || C == 2 || C == 4 || C == 8, "a cluster takes the 8 slices in equal shares");
     extern __shared__ __align__(128) unsigned char pti_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, twin = blockIdx.y;
-    const int unit = C == 1 ? blockIdx.x : blockIdx.x / C, rank = C == 1 ? 0 : blockIdx.x % C;
     // (selects, not a.q[twin]: an indexed parameter array is copied to local memory)
-    const int M = twin ? a.M[1] : a.M[0], nb = a.nb, nst = C == 1 ? nb / PB : SPC * (nb / 8) / PB, nphs = nst / SPC;
+    const int M = twin ? a.M[1] : a.M[0], nb = a.nb;
+    const float* pin = twin ? a.pin[1] : a.pin[0];
+    if ((int)blockIdx.x < a.n_inv) {   // an inv CTA: rows 8 blockIdx.x .. + 7, a warp a row
+        pti_pdl_trigger();
+        pti_pdl_wait();
+        const int row = blockIdx.x * 8 + warp;
+        if (row < M) {
+            const float v = pti_row_inv(pin + (pti_u64)row * a.ng, a.ng, 32 * nb, a.eps, lane);
+            if (lane == 0) ((float*)(twin ? a.inv[1] : a.inv[0]))[row] = v;
+        }
+        return;
+    }
+    const int bx = blockIdx.x - a.n_inv;   // (n_inv a multiple of C: bx's rank is the cluster's)
+    const int unit = C == 1 ? bx : bx / C, rank = C == 1 ? 0 : bx % C;
+    const int nst = C == 1 ? nb / PB : SPC * (nb / 8) / PB, nphs = nst / SPC;
     // this CTA's first slice (rank): its blocks from (unit nb + rank nb / 8), its tiles from rank nb / 8
     const pti_u64 first = (pti_u64)rank * (nb / 8);
     const char* qc = (twin ? a.q[1] : a.q[0]) + ((pti_u64)unit * nb + first) * WB;   // phases: this CTA's, a slice's
@@ -1065,6 +1103,22 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // unit, activation row 8 (i >> 2) + 2 t + (i & 1).  The policy's epilogue arithmetic (pti_finish).
     const int g = lane >> 2, t = lane & 3, rg = unit * R + warp;
     const float* inv = twin ? a.inv[1] : a.inv[0];
+    if (pin) {   // the inv CTAs' slots into shared memory (the ring's, free now), or every row summed here
+        float* inv_s = (float*)(pti_smem + 128);
+        bool pending = false;
+        if (tid < M) {   // (M <= 64)
+            const float v = __ldcg(inv + tid);   // written during this launch
+            inv_s[tid] = v;
+            pending = __float_as_uint(v) == PTI_INV_PENDING;
+        }
+        if (__syncthreads_or(pending))   // an inv CTA was late
+            for (int r = warp; r < M; r += 8) {
+                const float v = pti_row_inv(pin + (pti_u64)r * a.ng, a.ng, 32 * nb, a.eps, lane);
+                if (lane == 0) inv_s[r] = v;
+            }
+        __syncthreads();
+        inv = inv_s;
+    }
     // The cluster's sum: slice r's sums are set r / C of rank r % C.  The first barrier publishes every
     // rank's sums, the second keeps them until the last reader is done (a reader's loads have returned,
     // used by its stores, before its relaxed arrive).  Rank r takes the elements i with (i >> 1) / NP == r,
@@ -1169,8 +1223,9 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
         void* ya, void* yb, const float* ia, const float* ib, int Ma, int Mb, int N, int nb, int ldy,    \
-        int h16) {                                                                                       \
-        const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {ia, ib}, {Ma, Mb}, N, nb, ldy, h16}; \
+        int h16, const float* pa, const float* pb, int ng, float eps, int n_inv) {                      \
+        const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {ia, ib}, {Ma, Mb}, N, nb, ldy, h16, \
+                             {pa, pb}, ng, eps, n_inv};                                                  \
         pti_wg_mm<TIN, TOUT, MT, PB, S, C>(a);                                                          \
     }
 #define PTI_WG_OUTS(TY, TIN, SUFFIX, MT, PB, S, C)                       \

@@ -139,10 +139,24 @@ class KernelLinear:
         packs = [self.w.packs[self.w.plane[t]] for t, _, _ in parts]
         return self.backend.wg_ready(packs, max(hi - lo for _, lo, hi in parts))
 
+    def wg_tile_rows(self, M: int, n_a: int) -> int:
+        """The rows of the Hopper kernels' tiles (32 or 64) when this matrix's scaled matmul of M rows
+        goes to them in one launch, so the residual launch before may lay out u for it (Epilogue.to); else 0.
+        PTI_WG_TILES=0: never (the pti_wg_tiles launch, for A/B runs)."""
+        if not getattr(self.backend, "wgmma", False) or os.environ.get("PTI_WG_TILES", "1") == "0":
+            return 0
+        parts = self._parts(M, n_a)
+        packs = [self.w.packs[self.w.plane[t]] for t, _, _ in parts]
+        m = max(hi - lo for _, lo, hi in parts)
+        if not self.backend.wg_ready(packs, m):
+            return 0
+        return self.backend.wg_kernel(m, torch.float32, self.glu, packs[0].ring.code, packs[0].ring.rows)[1]
+
     def scaled(self, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
-               inv: torch.Tensor | None = None) -> torch.Tensor | None:
+               inv: torch.Tensor | None = None, tiles: list | None = None) -> torch.Tensor | None:
         """inv(p) * (u @ W^T), the scale inside the kernel's epilogue (see `scaled` below); None where
-        the backend has no epilogues.  inv: the rows' inv slots a residual launch set pending."""
+        the backend has no epilogues.  inv: the rows' inv slots a residual launch set pending; tiles: u
+        in the Hopper kernels' layout, one tensor a twin, from that launch (wg_tile_rows)."""
         from .backends.cuda import Epilogue
         if not getattr(self.backend, "epilogue_ok", lambda: False)():
             return None
@@ -156,6 +170,9 @@ class KernelLinear:
             # summed once by the launch's first CTAs, read by the others
             epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts], inv=[inv[lo:hi] for _, lo, hi in parts],
                            h16=self.h16)
+        elif tiles:   # the Hopper kernels on the tiles given: the inv summed by the matmul's own first CTAs
+            epi = Epilogue(p.shape[1], eps, pin=[p[lo:hi] for _, lo, hi in parts], inv=[inv[lo:hi] for _, lo, hi in parts],
+                           h16=self.h16, ti=tiles)
         elif self._wg_sums_inv(M, parts):
             # the Hopper kernels: summed by the launch that lays out their activations (no row_inv launch)
             inv = torch.empty(M, dtype=torch.float32, device=u.device)
@@ -168,11 +185,13 @@ class KernelLinear:
                                 [y[lo:hi] for _, lo, hi in parts], epi)
         return y
 
-    def residual(self, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int):
-        """x += bf16(a @ W^T) in place; returns the next norm's (u, p, inv) (see `residual` below),
+    def residual(self, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int, feed: Any = None):
+        """x += bf16(a @ W^T) in place; returns the next norm's (u, p, inv, tiles) (see `residual` below),
         from the kernel's epilogue; None where the backend has no epilogues.  inv: past
-        INV_IN_EPILOGUE_ROWS rows of one twin in one launch, the rows' inv slots, pending, for the
-        next matmul to fill (else None; PTI_INV_CTAS=0: None, for A/B runs)."""
+        INV_IN_EPILOGUE_ROWS rows of one twin in one launch, or with tiles, the rows' inv slots, pending,
+        for the next matmul to fill (else None; PTI_INV_CTAS=0: None, for A/B runs).  tiles: u also in the
+        Hopper kernels' layout, one tensor a twin, where the matrix read next (feed) goes to them
+        (KernelLinear.wg_tile_rows); else None."""
         from .backends.cuda import Epilogue
         if not getattr(self.backend, "epilogue_ok", lambda: False)() or self.glu or self.out_dtype is not None:
             return None
@@ -184,11 +203,15 @@ class KernelLinear:
         inv = None
         if M > INV_IN_EPILOGUE_ROWS and os.environ.get("PTI_INV_CTAS", "1") != "0" and self._inv_ctas_ok(M, parts, torch.float32):
             inv = torch.empty(M, dtype=torch.float32, device=a.device)
+        nr = feed.wg_tile_rows(M, n_a) if isinstance(feed, KernelLinear) and d % 256 == 0 else 0
+        tiles = [torch.empty(d * nr, dtype=u.dtype, device=a.device) for _ in parts] if nr else None
+        if nr and inv is None:
+            inv = torch.empty(M, dtype=torch.float32, device=a.device)
         cut = lambda t: [t[lo:hi] for _, lo, hi in parts] if t is not None else []   # noqa: E731
         self.backend.matmul_epi([t for t, _, _ in parts], cut(a), self.w, cut(x),
                                 Epilogue(ng, 0.0, uo=cut(u), po=cut(p), g=[g if g.dim() == 1 else g[t] for t, _, _ in parts],
-                                         invo=cut(inv), h16=self.h16))
-        return u, p, inv
+                                         invo=cut(inv), h16=self.h16, to=tiles or [], tnr=nr))
+        return u, p, inv, tiles
 
 
 # ---------------------------------------------------------------- the RMSNorm, split around the matmuls
@@ -218,10 +241,11 @@ def norm_parts(x: torch.Tensor, g: torch.Tensor, n_a: int, dtype) -> tuple[torch
 
 
 def scaled(lin: Any, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
-           inv: torch.Tensor | None = None) -> torch.Tensor:
+           inv: torch.Tensor | None = None, tiles: list | None = None) -> torch.Tensor:
     """lin(bf16(RMSNorm(x) * g)) from the norm's parts: inv * (u @ W^T), inv = rsqrt(sum(p) / d + eps)
-    (inv: the slots the residual launch before set pending, or None)."""
-    y = lin.scaled(u, p, eps, n_a, inv) if hasattr(lin, "scaled") else None
+    (inv: the slots the residual launch before set pending, or None; tiles: u in the Hopper kernels'
+    layout from that launch, or None)."""
+    y = lin.scaled(u, p, eps, n_a, inv, tiles) if hasattr(lin, "scaled") else None
     if y is None:
         if getattr(lin, "glu", False):   # silu(gate) * up comes out of the matmul: too late to scale
             raise PtiError("a fused gate/up matrix needs the kernels' norm epilogue")
@@ -231,13 +255,14 @@ def scaled(lin: Any, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
     return y
 
 
-def residual(lin: Any, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype):
-    """x += lin(a) (rounded to the activations' dtype); returns the next norm's (u, p, inv) for
-    weights g, u in `dtype` (float16: h16) (inv: the next matmul's pending inv slots, or None)."""
-    res = lin.residual(a, x, g, n_a) if hasattr(lin, "residual") else None
+def residual(lin: Any, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype, feed: Any = None):
+    """x += lin(a) (rounded to the activations' dtype); returns the next norm's (u, p, inv, tiles) for
+    weights g, u in `dtype` (float16: h16) (inv: the next matmul's pending inv slots, or None; tiles: u
+    in the Hopper kernels' layout for feed, the matrix read next, or None)."""
+    res = lin.residual(a, x, g, n_a, feed) if hasattr(lin, "residual") else None
     if res is None:
         x += lin(a, n_a).to(torch.bfloat16 if dtype == torch.float16 else dtype).float()
-        res = norm_parts(x, g, n_a, dtype) + (None,)
+        res = norm_parts(x, g, n_a, dtype) + (None, None)
     return res
 
 
@@ -502,15 +527,16 @@ class GpuModel:
         L, ud, eps = self.w.layers, self.mm_dtype, sh.eps   # ud: the first norm's u (float16: h16)
         # the residual stream (float32) and the next norm's parts (see `scaled`)
         x, u, p = ops.embed_norm(self.w.embed, tokens, n_a, L[0].attn_norm, ud)
-        inv = None
+        inv = tiles = None
         for i, lw in enumerate(L):
-            q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a, inv), pos, slot, i)
+            q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a, inv, tiles), pos, slot, i)
             a = ops.attention(self, q, pos, slot, i, S, P, h16="wo" in self.w.h16)
-            u, p, inv = residual(lw.wo, a, x, lw.ffn_norm, n_a, ud)
-            gu = scaled(lw.wgu, u, p, eps, n_a, inv)
-            g_next = L[i + 1].attn_norm if i + 1 < len(L) else self.w.out_norm
-            u, p, inv = residual(lw.wdown, gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), x, g_next, n_a, ud)
-        return scaled(self.w.output, u, p, eps, n_a, inv)
+            u, p, inv, tiles = residual(lw.wo, a, x, lw.ffn_norm, n_a, ud, feed=lw.wgu)
+            gu = scaled(lw.wgu, u, p, eps, n_a, inv, tiles)
+            g_next, nxt = (L[i + 1].attn_norm, L[i + 1].wqkv) if i + 1 < len(L) else (self.w.out_norm, self.w.output)
+            u, p, inv, tiles = residual(lw.wdown, gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), x, g_next, n_a, ud,
+                                        feed=nxt)
+        return scaled(self.w.output, u, p, eps, n_a, inv, tiles)
 
     # -- host side of one pass
     def _bucket_key(self, seqs: Sequence[SeqRows]) -> tuple[int, int, int]:

@@ -6,6 +6,9 @@ rows, in one run, rotating copies past the L2 as `pti bench --kernels` does:
   matmul   the matmul alone, on the tiles an earlier call laid out (the probe's measurement)
   tiles    pti_wg_tiles alone
   policy   the policy kernel the backend would take otherwise
+  sum_inv  a scaled call as the model made it before session 30: pti_wg_tiles summing the rows' inv, the matmul
+  given    the scaled matmul on tiles given (a residual launch before wrote them), its first CTAs summing the
+           inv (session 30: what the model makes now)
 and the clusters that can be resident at once (cuOccupancyMaxActiveClusters) against those a launch has:
 fewer means a second wave.  H200 (sm_90) only; loads the cluster forms of every class.
     PTI_WG_NARROW=1 python3 scripts/wg_gap.py [--shapes NxK,...]"""
@@ -42,7 +45,7 @@ def max_clusters(be, name: str, grid: int, c: int) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="6144x4096,4096x4096,4096x14336")
+    ap.add_argument("--shapes", default="6144x4096,4096x4096,4096x14336,28672x4096")
     args = ap.parse_args()
     try:
         be = cuda.CudaBackend()
@@ -54,7 +57,7 @@ def main() -> int:
         return 2
     print(f"{torch.cuda.get_device_name()}, {be.sm_count} SMs")
     print(f"{'N x K':>11} {'M':>3} {'kernel':>18} {'call':>7} {'matmul':>7} {'tiles':>6} {'policy':>7} "
-          f"{'clusters':>8} {'resident':>8}")
+          f"{'sum_inv':>7} {'given':>7} {'clusters':>8} {'resident':>8}")
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.split("x"))
         one = random_packs(be, n, k, 1)[0]
@@ -65,7 +68,7 @@ def main() -> int:
         for m in (32, 64):
             x = [torch.randn(m, k, device=be.device).to(be.act_dtype)]
             y = [torch.empty(m, n, device=be.device, dtype=be.act_dtype)]
-            name, _, c = be.wg_kernel(m, y[0].dtype, code=one.ring.code, rows=n)
+            name, nr, c = be.wg_kernel(m, y[0].dtype, code=one.ring.code, rows=n)
             wg = lambda: [be.launch_wg([packs[i % copies]], x, y) for i in range(reps)]  # noqa: E731
             t = {"call": time_graph(wg) / reps}
             real = cuda.launch_kernel
@@ -79,10 +82,19 @@ def main() -> int:
             policy = be.kernel_name(1, m, be.act_dtype, be.act_dtype, rows=n)
             t["policy"] = time_graph(lambda: [be.launch([packs[i % copies]], x, y, policy)
                                               for i in range(reps)]) / reps
+            pin, slots = [torch.rand(m, k // 16, device=be.device)], [torch.empty(m, device=be.device)]
+            summed = cuda.Epilogue(k // 16, 1e-5, pin=pin, inv=slots, sum_inv=True)
+            t["sum_inv"] = time_graph(lambda: [be.launch_wg([packs[i % copies]], x, y, False, summed)
+                                               for i in range(reps)]) / reps
+            given = cuda.Epilogue(k // 16, 1e-5, pin=pin, inv=slots, ti=[torch.zeros(k * nr, device=be.device,
+                                                                                       dtype=be.act_dtype)])
+            t["given"] = time_graph(lambda: [be.launch_wg([packs[i % copies]], x, y, False, given)
+                                             for i in range(reps)]) / reps
             grid = one.ring.q.shape[0] // cuda.RING_GROUPS * c
             print(f"{shape:>11} {m:>3} {name.removeprefix('pti_wg_'):>18} "
-                  + " ".join(f"{t[key] * 1e6:{w}.1f}" for key, w in (("call", 7), ("matmul", 7), ("tiles", 6), ("policy", 7)))
-                  + f" {grid // c:>8} {max_clusters(be, name, grid, c):>8}")
+                  + " ".join(f"{t[key] * 1e6:{w}.1f}" for key, w in (("call", 7), ("matmul", 7), ("tiles", 6),
+                                                                     ("policy", 7), ("sum_inv", 7), ("given", 7)))
+                  + f" {grid // c:>8} {max_clusters(be, name, grid, c) if c > 1 else '-':>8}")
         del packs
         torch.cuda.empty_cache()
     return 0

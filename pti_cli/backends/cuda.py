@@ -209,7 +209,10 @@ class Epilogue:
     themselves; `no_inv_ctas`, for tests: only that).  `invo` (a residual epilogue):
     the next matmul's inv, set pending by this launch (kernels/pti_kernel.hip, PtiArgs).  `sum_inv`
     (the Hopper kernels only): `pin` and `inv`, the rows' inv summed into `inv` by the launch that lays
-    out the activations (pti_wg_tiles), before the matmul, whatever `inv` held."""
+    out the activations (pti_wg_tiles), before the matmul, whatever `inv` held.  `to` (a residual
+    epilogue): u also in the Hopper kernels' tile layout of `tnr` rows, one tensor a twin, for the
+    matmul after it; `ti` (the Hopper kernels): those tiles, so no pti_wg_tiles launch, with `pin` and
+    `inv` (slots the residual launch set pending), summed by the matmul's own inv CTAs."""
     ng: int
     eps: float = 0.0
     pin: list = field(default_factory=list)
@@ -221,25 +224,32 @@ class Epilogue:
     no_inv_ctas: bool = False
     h16: bool = False   # the norm parts (uo) or silu(gate) * up come out as h16, for an h16 matrix after it
     sum_inv: bool = False
+    to: list = field(default_factory=list)
+    tnr: int = 0
+    ti: list = field(default_factory=list)
 
     def rows(self, lo: int, hi: int) -> "Epilogue":
+        """Rows lo:hi's epilogue (a launch's chunk); the tiles (`to`, `ti`) only whole, in one chunk."""
+        if (self.to or self.ti) and (lo or any(t.shape[0] > hi for t in self.pin + self.inv + self.uo)):
+            raise PtiError(f"the Hopper kernels' tiles take at most {MAX_ROWS} rows, in one launch")
         cut = lambda ts: [t[lo:hi] for t in ts]   # noqa: E731
-        return Epilogue(self.ng, self.eps, cut(self.pin), cut(self.inv), cut(self.uo), cut(self.po), list(self.g),
-                        cut(self.invo), self.no_inv_ctas, self.h16, self.sum_inv)
+        return replace(self, pin=cut(self.pin), inv=cut(self.inv), uo=cut(self.uo), po=cut(self.po), g=list(self.g),
+                       invo=cut(self.invo))
 
     def twin(self, i: int) -> "Epilogue":
         """The epilogue of the launch's i-th twin alone."""
         one = lambda ts: ts[i:i + 1]   # noqa: E731
-        return Epilogue(self.ng, self.eps, one(self.pin), one(self.inv), one(self.uo), one(self.po), one(self.g),
-                        one(self.invo), self.no_inv_ctas, self.h16, self.sum_inv)
+        return replace(self, pin=one(self.pin), inv=one(self.inv), uo=one(self.uo), po=one(self.po), g=one(self.g),
+                       invo=one(self.invo), to=one(self.to), ti=one(self.ti))
 
     def inv_only(self) -> bool:
         """Whether the epilogue only scales each row by its given inv."""
         return bool(self.inv) and not (self.pin or self.uo or self.po or self.invo)
 
     def wg_ok(self) -> bool:
-        """Whether the Hopper kernels take it: each row scaled by its inv, given or summed (sum_inv)."""
-        if self.sum_inv:
+        """Whether the Hopper kernels take it: each row scaled by its inv, given or summed (sum_inv, or the
+        inv CTAs' form with the tiles given)."""
+        if self.sum_inv or self.ti:
             return bool(self.pin and self.inv) and not (self.uo or self.po or self.invo)
         return self.inv_only()
 
@@ -259,8 +269,10 @@ class Epilogue:
         def two(ts):
             return tuple(t.data_ptr() for t in ts) + (0,) * (2 - len(ts))
         vals = (two(self.pin) + (self.ng, float(self.eps)) + two(self.inv) + two(self.uo) + two(self.po)
-                + two(self.g) + two(self.invo) + (self.inv_ctas(), int(self.h16) | 2 * int(bf16_out)))
-        return vals, (ctypes.c_void_p,) * 2 + (ctypes.c_int, ctypes.c_float) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 2
+                + two(self.g) + two(self.invo) + (self.inv_ctas(), int(self.h16) | 2 * int(bf16_out))
+                + two(self.to) + (self.tnr,))
+        return vals, ((ctypes.c_void_p,) * 2 + (ctypes.c_int, ctypes.c_float) + (ctypes.c_void_p,) * 10
+                      + (ctypes.c_int,) * 2 + (ctypes.c_void_p,) * 2 + (ctypes.c_int,))
 
 
 class KernelBackend(Backend):
@@ -443,11 +455,11 @@ class KernelBackend(Backend):
             if self.wg_ready(packs, max(x.shape[0] for x in xc), ec):
                 self.launch_wg(packs, xc, yc, glu, ec)
                 continue
-            if ec is not None and ec.sum_inv:   # the policy's inv CTAs would trust its slots: sum them here
+            if ec is not None and (ec.sum_inv or ec.ti):   # the policy's inv CTAs would trust its slots: sum them here
                 for pin, iv, x in zip(ec.pin, ec.inv, xc):
                     if x.shape[0]:
                         self.row_inv(pin, x.shape[1], ec.eps, out=iv)
-                ec = replace(ec, pin=[], sum_inv=False)
+                ec = replace(ec, pin=[], sum_inv=False, ti=[])
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
                                                           ys[0].dtype, rows=packs[0].rows, glu=glu,
                                                           inv_form=ec is not None and ec.inv_form()), ec)
@@ -502,6 +514,11 @@ class KernelBackend(Backend):
                 raise PtiError(f"{name}: the inv CTAs' form and the kernel do not match")
             if epi is not None and epi.po and "_f32_" not in name:   # the kernels add only float32 rows
                 raise PtiError(f"{name}: a residual epilogue needs float32 outputs")
+            if epi is not None and epi.to:   # u in the Hopper kernels' tiles (pti_wg_tile_at)
+                if not epi.po or p0.rows % 256 or epi.tnr not in (32, 64) or max(ms) > epi.tnr or any(
+                        t.dtype.itemsize != 2 or not t.is_contiguous() or t.numel() < p0.rows * epi.tnr for t in epi.to):
+                    raise PtiError(f"{name}: tiles of u need a residual epilogue, 256-column blocks and "
+                                   f"[{p0.rows // 32 * epi.tnr * 32}] 16-bit tensors of 32 or 64 rows")
         elif epi is not None:
             raise PtiError(f"{name} has no norm epilogue")
         return g // rg + extra, vals, types
@@ -690,43 +707,62 @@ class CudaBackend(KernelBackend):
         if glu and (ys[0].dtype == torch.float16) != bool(epi is not None and epi.h16):   # as launch_args
             raise PtiError("silu(gate) * up comes out as h16 (float16) exactly when the epilogue says h16")
         live = [i for i, x in enumerate(xs) if x.shape[0]]   # a twin may have no rows
+        given = bool(epi is not None and epi.ti)   # the tiles, written by the residual launch before
         invs = list(epi.inv) if epi is not None else [None] * len(xs)
-        pins = list(epi.pin) if epi is not None and epi.sum_inv else [None] * len(xs)
+        pins = list(epi.pin) if epi is not None and (epi.sum_inv or given) else [None] * len(xs)
+        tis = list(epi.ti) if given else [None] * len(xs)
         packs, xs, ys = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live]
-        invs, pins = [invs[i] for i in live], [pins[i] for i in live]
+        invs, pins, tis = [invs[i] for i in live], [pins[i] for i in live], [tis[i] for i in live]
         rp = [p.ring for p in packs]
         name, nr, c = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code, rp[0].rows)
         g, nb = rp[0].q.shape[:2]
         if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 2 or x.data_ptr() % 4 for x in xs):
             xs = [x.contiguous() for x in xs]   # pti_wg_tiles: one row stride, 4-byte words
         per = nb * nr * 32   # a twin's tiles, bf16
-        if nb not in self._tiles:   # room for two twins of MAX_ROWS
-            self._tiles[nb] = torch.empty(2 * nb * MAX_ROWS * 32, dtype=torch.bfloat16, device=self.device)
-        tiles = [self._tiles[nb][i * per:(i + 1) * per] for i in range(len(xs))]
-        two = (lambda t: (t[0], t[-1]))   # twin B's argument: its own, or twin A's (grid.y = 1)
-        stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        xa, xb = two([x.data_ptr() for x in xs])
-        ta, tb = two([t.data_ptr() for t in tiles])
-        ma, mb = two([x.shape[0] for x in xs])
-        # sum_inv: 8 rows' inv a CTA past the tiles' (as row_inv), for the matmul's epilogue
+        if any(t is not None and (t.dtype != xs[0].dtype or not t.is_contiguous() or t.numel() != per) for t in tis):
+            raise PtiError(f"{name}: the given tiles must be contiguous [{per}] tensors of the activations' dtype")
         if any(t is not None and (t.dtype != torch.float32 or t.stride(1) != 1 or t.stride(0) != epi.ng) for t in pins):
             raise PtiError("the partial sums must be float32 rows of ng values")
+        two = (lambda t: (t[0], t[-1]))   # twin B's argument: its own, or twin A's (grid.y = 1)
+        stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
+        ma, mb = two([x.shape[0] for x in xs])
         pa, pb = two([0 if t is None else t.data_ptr() for t in pins])
-        inv_ctas = -(-max(ma, mb) // 8) if pins[0] is not None else 0
-        launch_kernel(self._drv, self.wg_funcs["pti_wg_tiles"], (-(-per // 8 // THREADS) + inv_ctas, len(xs)), (THREADS,), 0,
-                      stream, ((xa, xb, ta, tb, ma, mb, nb, xs[0].stride(0), nr, pa, pb, epi.ng if inv_ctas else 0,
-                                xs[0].shape[1], float(epi.eps) if inv_ctas else 0.0, *two([0 if v is None else v.data_ptr() for v in invs])),
-                               (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 5 + (ctypes.c_void_p,) * 2 + (ctypes.c_int,) * 2
-                               + (ctypes.c_float,) + (ctypes.c_void_p,) * 2), self.pdl, "launch pti_wg_tiles")
+        if given:   # the matmul's first CTAs (whole clusters) sum the rows' inv
+            tiles, n_inv = tis, 0 if epi.no_inv_ctas else -(-max(ma, mb) // 8 // c) * c
+        else:
+            if nb not in self._tiles:   # room for two twins of MAX_ROWS
+                self._tiles[nb] = torch.empty(2 * nb * MAX_ROWS * 32, dtype=torch.bfloat16, device=self.device)
+            tiles, n_inv = [self._tiles[nb][i * per:(i + 1) * per] for i in range(len(xs))], 0
+            self._launch_tiles(xs, tiles, nb, nr, pins, invs, epi, stream)
+            pa = pb = 0
+        ta, tb = two([t.data_ptr() for t in tiles])
         (qa, qb), (sa, sb), (ya, yb) = two([p.q.data_ptr() for p in rp]), two([p.s.data_ptr() for p in rp]), \
             two([y.data_ptr() for y in ys])
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
         h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16")   # as Epilogue.args
-        launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS * c, len(xs)), (THREADS,), self.smem[name], stream,
-                      ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16),
-                       (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6), self.pdl, f"launch {name}",
+        launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS * c + n_inv, len(xs)), (THREADS,), self.smem[name],
+                      stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16,
+                                pa, pb, epi.ng if given else 0, float(epi.eps) if given else 0.0, n_inv),
+                               (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
+                               + (ctypes.c_int, ctypes.c_float, ctypes.c_int)), self.pdl, f"launch {name}",
                       cluster=c if c > 1 else 0)
         return name
+
+    def _launch_tiles(self, xs, tiles, nb: int, nr: int, pins: list, invs: list, epi: Epilogue | None, stream) -> None:
+        """pti_wg_tiles: the rows xs into the tile layout; with partial sums (sum_inv), also each row's inv
+        into its slot, 8 rows a CTA past the tiles' (as row_inv), for the matmul's epilogue."""
+        two = (lambda t: (t[0], t[-1]))
+        xa, xb = two([x.data_ptr() for x in xs])
+        ta, tb = two([t.data_ptr() for t in tiles])
+        ma, mb = two([x.shape[0] for x in xs])
+        pa, pb = two([0 if t is None else t.data_ptr() for t in pins])
+        inv_ctas = -(-max(ma, mb) // 8) if pins[0] is not None else 0
+        launch_kernel(self._drv, self.wg_funcs["pti_wg_tiles"], (-(-nb * nr * 32 // 8 // THREADS) + inv_ctas, len(xs)),
+                      (THREADS,), 0, stream,
+                      ((xa, xb, ta, tb, ma, mb, nb, xs[0].stride(0), nr, pa, pb, epi.ng if inv_ctas else 0,
+                        xs[0].shape[1], float(epi.eps) if inv_ctas else 0.0, *two([0 if v is None else v.data_ptr() for v in invs])),
+                       (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 5 + (ctypes.c_void_p,) * 2 + (ctypes.c_int,) * 2
+                       + (ctypes.c_float,) + (ctypes.c_void_p,) * 2), self.pdl, "launch pti_wg_tiles")
 
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)

@@ -605,3 +605,28 @@ def test_host_ring_decodes_as_the_copy(dev, backend, twins):
         drafts = m.run_pass([SeqRows(s.slot, [f] + g[:3], len(s.tokens), s.twin) for s, f, g in zip(seqs, firsts, got)])
         outs.append((firsts, got, [d.tolist() for d in drafts]))
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("twins", ["a", "ab"])
+def test_residual_launches_lay_out_the_hopper_tiles(twins, dev, backend, ops, monkeypatch):
+    """At 40 sequences, a model whose gate/up and head the Hopper kernels take (1024 wide, 6144 rows each) gets
+    their activations in the tile layout from the residual launches before them (attention output, down): no
+    pti_wg_tiles launch.  Logits bit-identical to PTI_WG_TILES=0 (that launch) and to a sequence's pass alone."""
+    shape = GpuShape(n_layers=2, dim=1024, ffn=3072, n_heads=8, n_kv_heads=2, vocab=6144)
+    m = gpu_model(shape, dev, backend, ops, twins=twins, graphs=False, max_seqs=40)
+    seqs = [SeqRows(i, [t], 0, i % 2 if twins == "ab" else 0) for i, t in enumerate(prompt(40, shape.vocab, 7))]
+    given = []
+    real = backend.launch_wg
+    monkeypatch.setattr(backend, "launch_wg", lambda p, x, y, glu=False, epi=None:
+                        given.append(bool(epi is not None and epi.ti)) or real(p, x, y, glu, epi))
+    _, tiled = m.run_pass(seqs, want_logits=True)
+    if backend.wgmma:   # gate/up in both layers and the head, each on the residual launch's tiles
+        assert given == [True] * 3
+    given.clear()
+    monkeypatch.setenv("PTI_WG_TILES", "0")
+    _, plain = m.run_pass(seqs, want_logits=True)
+    assert given == [False] * (3 if backend.wgmma else 0)
+    assert all(torch.isfinite(t).all() and torch.equal(t, q) for t, q in zip(tiled, plain))
+    for i in (0, 1, 39):
+        _, alone = m.run_pass([seqs[i]], want_logits=True)
+        assert torch.equal(alone[0], tiled[i]), i
