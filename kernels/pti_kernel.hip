@@ -988,6 +988,17 @@ struct PtiWgArgs {
     int ng;
     float eps;
     int n_inv;
+    // The residual form (TOUT 0, po not null; PtiArgs): y is the float32 residual stream, x += bf16(sums);
+    // u = bf16(x * g) into uo, and the partial sums of x^2 over each group of 16 columns into po, in
+    // pti_finish's order; the first CTA sets the next matmul's inv slots invo pending.  to: the GLU's
+    // outputs or the residual form's u, also in the tile layout of tnr rows (pti_wg_tile_at), for the
+    // Hopper matmul after it.
+    unsigned short* uo[2];
+    float* po[2];
+    const float* g[2];
+    float* invo[2];
+    unsigned short* to[2];
+    int tnr;
 };
 // C > 1 (the cluster form, for matrices too narrow to fill the card with one CTA a unit): a cluster of C
 // CTAs takes a unit, rank r the slices r, r + C, ... (SPC = 8 / C of them, each from the same ring layout),
@@ -1103,6 +1114,13 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // unit, activation row 8 (i >> 2) + 2 t + (i & 1).  The policy's epilogue arithmetic (pti_finish).
     const int g = lane >> 2, t = lane & 3, rg = unit * R + warp;
     const float* inv = twin ? a.inv[1] : a.inv[0];
+    unsigned short* const to = twin ? a.to[1] : a.to[0];
+    float* const po = TOUT == 0 ? (twin ? a.po[1] : a.po[0]) : nullptr;   // the residual form
+    float* const res_s = (float*)(pti_smem + 128 + 256) + warp * (NR * 16);   // its new x, [row][16 columns] a warp
+    if (po != nullptr && bx == 0) {   // the next matmul's inv slots: pending until its inv CTAs fill them
+        float* invo = twin ? a.invo[1] : a.invo[0];
+        if (invo != nullptr && tid < M) invo[tid] = __uint_as_float(PTI_INV_PENDING);
+    }
     if (pin) {   // the inv CTAs' slots into shared memory (the ring's, free now), or every row summed here
         float* inv_s = (float*)(pti_smem + 128);
         bool pending = false;
@@ -1150,18 +1168,47 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
                 gv = __fmul_rn(gv, inv[m]);
                 uv = __fmul_rn(uv, inv[m]);
             }
-            ((unsigned short*)y)[(pti_u64)m * a.ldy + f] = (a.h16 & 1) ? pti_bf16_to_h16(pti_glu(gv, uv)) : pti_glu(gv, uv);
+            unsigned short h = pti_glu(gv, uv);
+            if (a.h16 & 1) h = pti_bf16_to_h16(h);
+            ((unsigned short*)y)[(pti_u64)m * a.ldy + f] = h;
+            if (to) to[pti_wg_tile_at(m, f, a.N >> 6, a.tnr)] = h;
         } else {
             const int n = rg * 16 + g + ((i & 2) ? 8 : 0);
             if (m >= M || n >= a.N) return;
             float v = sum(i);
             if (inv) v = __fmul_rn(v, inv[m]);
-            pti_store<TIN, TOUT>(y, (pti_u64)m * a.ldy + n, v, (a.h16 & 2) != 0);
+            if (TOUT == 0 && po) {   // x += bf16(v); u = bf16(x * g); the new x kept for the partial sums
+                float* xp = (float*)y + (pti_u64)m * a.ldy + n;
+                const float nx = __fadd_rn(*xp, pti_bf16_to_f32(pti_f32_to_bf16(v)));
+                *xp = nx;
+                unsigned short ub = pti_f32_to_bf16(__fmul_rn(nx, (twin ? a.g[1] : a.g[0])[n]));
+                if (a.h16 & 1) ub = pti_bf16_to_h16(ub);
+                (twin ? a.uo[1] : a.uo[0])[(pti_u64)m * a.ldy + n] = ub;
+                if (to) to[pti_wg_tile_at(m, n, a.N >> 5, a.tnr)] = ub;
+                res_s[m * 16 + (n & 15)] = nx;
+            } else {
+                pti_store<TIN, TOUT>(y, (pti_u64)m * a.ldy + n, v, (a.h16 & 2) != 0);
+            }
+        }
+    };
+    // The residual form's partial sums: row m's of the warp's 16 columns (a whole row group, rg) in column
+    // order, as pti_finish; C > 1: the rows whose elements this rank wrote (pair (m / 8) 2 + m mod 2).
+    auto partials = [&]() {
+        if (TOUT != 0 || !po) return;
+        __syncwarp();
+        for (int m = lane; m < M; m += 32) {
+            if (C > 1 && ((m >> 3) * 2 + (m & 1)) / (ND / 2 / C) != rank) continue;
+            const float* e = res_s + m * 16;
+            float p = 0.f;
+#pragma unroll
+            for (int c = 0; c < 16; ++c) p = __fmaf_rn(e[c], e[c], p);
+            po[(pti_u64)m * (a.N >> 4) + rg] = p;
         }
     };
     if (C == 1) {
 #pragma unroll
         for (int i = 0; i < ND; ++i) out(i);
+        partials();
         return;
     }
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -1173,6 +1220,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         out(i);
         if (TOUT != 2) out(i + 2);
     }
+    partials();
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
@@ -1223,9 +1271,12 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
         void* ya, void* yb, const float* ia, const float* ib, int Ma, int Mb, int N, int nb, int ldy,    \
-        int h16, const float* pa, const float* pb, int ng, float eps, int n_inv) {                      \
+        int h16, const float* pa, const float* pb, int ng, float eps, int n_inv, unsigned short* uoa,    \
+        unsigned short* uob, float* poa, float* pob, const float* ga, const float* gb, float* ioa,       \
+        float* iob, unsigned short* toa, unsigned short* tob, int tnr) {                                 \
         const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {ia, ib}, {Ma, Mb}, N, nb, ldy, h16, \
-                             {pa, pb}, ng, eps, n_inv};                                                  \
+                             {pa, pb}, ng, eps, n_inv, {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob},     \
+                             {toa, tob}, tnr};                                                           \
         pti_wg_mm<TIN, TOUT, MT, PB, S, C>(a);                                                          \
     }
 #define PTI_WG_OUTS(TY, TIN, SUFFIX, MT, PB, S, C)                       \

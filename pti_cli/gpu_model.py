@@ -20,7 +20,7 @@ import gc
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -152,11 +152,21 @@ class KernelLinear:
             return 0
         return self.backend.wg_kernel(m, torch.float32, self.glu, packs[0].ring.code, packs[0].ring.rows)[1]
 
-    def scaled(self, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
-               inv: torch.Tensor | None = None, tiles: list | None = None) -> torch.Tensor | None:
+    def input_tiles(self, M: int, n_a: int) -> list | None:
+        """Room for this matrix's M input rows in the Hopper kernels' tile layout, one tensor a twin, which the
+        launch before writes (Epilogue.to) where wg_tile_rows says they take the matrix; else None."""
+        nr = self.wg_tile_rows(M, n_a)
+        if not nr:
+            return None
+        dtype = self.backend.in_dtype(self.w)
+        return [torch.empty(self.w.cols * nr, dtype=dtype, device=self.backend.device) for _ in self._parts(M, n_a)]
+
+    def scaled(self, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int, inv: torch.Tensor | None = None,
+               tiles: list | None = None, to: list | None = None) -> torch.Tensor | None:
         """inv(p) * (u @ W^T), the scale inside the kernel's epilogue (see `scaled` below); None where
         the backend has no epilogues.  inv: the rows' inv slots a residual launch set pending; tiles: u
-        in the Hopper kernels' layout, one tensor a twin, from that launch (wg_tile_rows)."""
+        in the Hopper kernels' layout, one tensor a twin, from that launch (input_tiles); to: the next
+        matrix's input_tiles, which a gate/up the Hopper kernels take fills with silu(gate) * up."""
         from .backends.cuda import Epilogue
         if not getattr(self.backend, "epilogue_ok", lambda: False)():
             return None
@@ -181,17 +191,20 @@ class KernelLinear:
         else:   # summed once by a launch, so that the CTAs read one float per row instead of the partials
             inv = self.backend.row_inv(p, u.shape[1], eps)
             epi = Epilogue(p.shape[1], eps, inv=[inv[lo:hi] for _, lo, hi in parts], h16=self.h16)
+        if to:
+            epi = replace(epi, to=to, tnr=to[0].numel() // (self.w.rows // 2))
         self.backend.matmul_epi([t for t, _, _ in parts], [u[lo:hi] for _, lo, hi in parts], self.w,
                                 [y[lo:hi] for _, lo, hi in parts], epi)
         return y
 
-    def residual(self, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int, feed: Any = None):
-        """x += bf16(a @ W^T) in place; returns the next norm's (u, p, inv, tiles) (see `residual` below),
+    def residual(self, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int, tiles: list | None = None,
+                 to: list | None = None):
+        """x += bf16(a @ W^T) in place; returns the next norm's (u, p, inv) (see `residual` below),
         from the kernel's epilogue; None where the backend has no epilogues.  inv: past
-        INV_IN_EPILOGUE_ROWS rows of one twin in one launch, or with tiles, the rows' inv slots, pending,
-        for the next matmul to fill (else None; PTI_INV_CTAS=0: None, for A/B runs).  tiles: u also in the
-        Hopper kernels' layout, one tensor a twin, where the matrix read next (feed) goes to them
-        (KernelLinear.wg_tile_rows); else None."""
+        INV_IN_EPILOGUE_ROWS rows of one twin in one launch, or with `to`, the rows' inv slots, pending,
+        for the next matmul to fill (else None; PTI_INV_CTAS=0: None, for A/B runs).  tiles: a in the
+        Hopper kernels' layout (input_tiles), from the gate/up before; to: the next matrix's input_tiles,
+        filled with u."""
         from .backends.cuda import Epilogue
         if not getattr(self.backend, "epilogue_ok", lambda: False)() or self.glu or self.out_dtype is not None:
             return None
@@ -203,15 +216,14 @@ class KernelLinear:
         inv = None
         if M > INV_IN_EPILOGUE_ROWS and os.environ.get("PTI_INV_CTAS", "1") != "0" and self._inv_ctas_ok(M, parts, torch.float32):
             inv = torch.empty(M, dtype=torch.float32, device=a.device)
-        nr = feed.wg_tile_rows(M, n_a) if isinstance(feed, KernelLinear) and d % 256 == 0 else 0
-        tiles = [torch.empty(d * nr, dtype=u.dtype, device=a.device) for _ in parts] if nr else None
-        if nr and inv is None:
+        if to and inv is None:
             inv = torch.empty(M, dtype=torch.float32, device=a.device)
         cut = lambda t: [t[lo:hi] for _, lo, hi in parts] if t is not None else []   # noqa: E731
         self.backend.matmul_epi([t for t, _, _ in parts], cut(a), self.w, cut(x),
                                 Epilogue(ng, 0.0, uo=cut(u), po=cut(p), g=[g if g.dim() == 1 else g[t] for t, _, _ in parts],
-                                         invo=cut(inv), h16=self.h16, to=tiles or [], tnr=nr))
-        return u, p, inv, tiles
+                                         invo=cut(inv), h16=self.h16, to=to or [], tnr=to[0].numel() // d if to else 0,
+                                         ti=tiles or []))
+        return u, p, inv
 
 
 # ---------------------------------------------------------------- the RMSNorm, split around the matmuls
@@ -241,11 +253,11 @@ def norm_parts(x: torch.Tensor, g: torch.Tensor, n_a: int, dtype) -> tuple[torch
 
 
 def scaled(lin: Any, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
-           inv: torch.Tensor | None = None, tiles: list | None = None) -> torch.Tensor:
+           inv: torch.Tensor | None = None, tiles: list | None = None, to: list | None = None) -> torch.Tensor:
     """lin(bf16(RMSNorm(x) * g)) from the norm's parts: inv * (u @ W^T), inv = rsqrt(sum(p) / d + eps)
     (inv: the slots the residual launch before set pending, or None; tiles: u in the Hopper kernels'
-    layout from that launch, or None)."""
-    y = lin.scaled(u, p, eps, n_a, inv, tiles) if hasattr(lin, "scaled") else None
+    layout from that launch, or None; to: the next matrix's, for a gate/up to fill, or None)."""
+    y = lin.scaled(u, p, eps, n_a, inv, tiles, to) if hasattr(lin, "scaled") else None
     if y is None:
         if getattr(lin, "glu", False):   # silu(gate) * up comes out of the matmul: too late to scale
             raise PtiError("a fused gate/up matrix needs the kernels' norm epilogue")
@@ -255,15 +267,24 @@ def scaled(lin: Any, u: torch.Tensor, p: torch.Tensor, eps: float, n_a: int,
     return y
 
 
-def residual(lin: Any, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype, feed: Any = None):
-    """x += lin(a) (rounded to the activations' dtype); returns the next norm's (u, p, inv, tiles) for
-    weights g, u in `dtype` (float16: h16) (inv: the next matmul's pending inv slots, or None; tiles: u
-    in the Hopper kernels' layout for feed, the matrix read next, or None)."""
-    res = lin.residual(a, x, g, n_a, feed) if hasattr(lin, "residual") else None
+def residual(lin: Any, a: torch.Tensor, x: torch.Tensor, g: torch.Tensor, n_a: int, dtype,
+             tiles: list | None = None, to: list | None = None):
+    """x += lin(a) (rounded to the activations' dtype); returns the next norm's (u, p, inv) for
+    weights g, u in `dtype` (float16: h16) (inv: the next matmul's pending inv slots, or None; tiles: a in
+    the Hopper kernels' layout, or None; to: the next matrix's input_tiles, filled with u, or None)."""
+    res = lin.residual(a, x, g, n_a, tiles, to) if hasattr(lin, "residual") else None
     if res is None:
         x += lin(a, n_a).to(torch.bfloat16 if dtype == torch.float16 else dtype).float()
-        res = norm_parts(x, g, n_a, dtype) + (None, None)
+        res = norm_parts(x, g, n_a, dtype) + (None,)
     return res
+
+
+def input_tiles(lin: Any, M: int, n_a: int, writer: Any = None) -> list | None:
+    """lin's input rows in the Hopper kernels' tile layout, for the launch before it to write, where they
+    take lin, and the writer (a gate/up; None: a residual launch, which always can) too; else None."""
+    if not hasattr(lin, "input_tiles") or (writer is not None and not writer.wg_tile_rows(M, n_a)):
+        return None
+    return lin.input_tiles(M, n_a)
 
 
 # The matrices that take h16 inputs (to_h16) by default: all five (docs/perf.md, session 19: with
@@ -299,20 +320,16 @@ def h16_io(roles: frozenset, layer: int, n_layers: int) -> dict[str, tuple[bool,
 
 
 def make_linear(pairs: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, backend: Any = None,
-                out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False),
-                residual: bool = False):
+                out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False)):
     """A Linear from one or two (int8 [N, K], f16 scales [N, K/32]) Q8_0 matrices on `device`.
     out_f32: float32 outputs from the kernels (the logits).  glu: the rows are gate then up,
     and a kernels backend that can may return silu(gate) * up itself (the Linear's `glu`).
-    h16: (the matmuls take h16 inputs, they write h16 for the matrix after them): h16_io.
-    residual: its matmuls add into the residual stream (`residual` below: the attention's output and down),
-    an epilogue the Hopper kernels do not have, so a kernels backend makes no second (ring) copy of it
-    (4 GB for two 8B twins; docs/perf.md, session 29)."""
+    h16: (the matmuls take h16 inputs, they write h16 for the matrix after them): h16_io."""
     n, k = pairs[0][0].shape
     q8_bytes = n * ((k + QBLOCK - 1) // QBLOCK) * 34 * len(pairs)
     if backend is not None:
         glu = glu and not out_f32 and getattr(backend, "glu_ok", lambda n: False)(n)
-        return KernelLinear(backend, backend.weight_from_q8(pairs, glu=glu, h16=h16[0], ring=not residual), len(pairs),
+        return KernelLinear(backend, backend.weight_from_q8(pairs, glu=glu, h16=h16[0]), len(pairs),
                             q8_bytes, torch.float32 if out_f32 else None, h16=h16[1])
     act = torch.float32 if device.type == "cpu" else torch.bfloat16
     mats = []
@@ -527,16 +544,20 @@ class GpuModel:
         L, ud, eps = self.w.layers, self.mm_dtype, sh.eps   # ud: the first norm's u (float16: h16)
         # the residual stream (float32) and the next norm's parts (see `scaled`)
         x, u, p = ops.embed_norm(self.w.embed, tokens, n_a, L[0].attn_norm, ud)
-        inv = tiles = None
+        # ti: the next matrix's input rows in the Hopper kernels' tile layout, written by the launch before it
+        inv = ti = None
+        M = x.shape[0]
         for i, lw in enumerate(L):
-            q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a, inv, tiles), pos, slot, i)
+            q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a, inv, ti), pos, slot, i)
             a = ops.attention(self, q, pos, slot, i, S, P, h16="wo" in self.w.h16)
-            u, p, inv, tiles = residual(lw.wo, a, x, lw.ffn_norm, n_a, ud, feed=lw.wgu)
-            gu = scaled(lw.wgu, u, p, eps, n_a, inv, tiles)
+            ti = input_tiles(lw.wgu, M, n_a)
+            u, p, inv = residual(lw.wo, a, x, lw.ffn_norm, n_a, ud, to=ti)
+            ti, t_in = input_tiles(lw.wdown, M, n_a, writer=lw.wgu) if lw.wgu.glu else None, ti
+            gu = scaled(lw.wgu, u, p, eps, n_a, inv, t_in, to=ti)
             g_next, nxt = (L[i + 1].attn_norm, L[i + 1].wqkv) if i + 1 < len(L) else (self.w.out_norm, self.w.output)
-            u, p, inv, tiles = residual(lw.wdown, gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), x, g_next, n_a, ud,
-                                        feed=nxt)
-        return scaled(self.w.output, u, p, eps, n_a, inv, tiles)
+            ti, t_in = input_tiles(nxt, M, n_a), ti
+            u, p, inv = residual(lw.wdown, gu if lw.wgu.glu else ops.silu_mul(gu, sh.ffn), x, g_next, n_a, ud, t_in, to=ti)
+        return scaled(self.w.output, u, p, eps, n_a, inv, ti)
 
     # -- host side of one pass
     def _bucket_key(self, seqs: Sequence[SeqRows]) -> tuple[int, int, int]:
@@ -758,10 +779,10 @@ def load_ssq(ssq: Any, backend: Any, device: torch.device, twins: str = "a", *, 
     layers = [LayerWeights(vec(f"blk.{i}.attn_norm.weight"),
                            q8(f"blk.{i}.attn_q.weight", f"blk.{i}.attn_k.weight", f"blk.{i}.attn_v.weight",
                               h16=io[i]["qkv"]),
-                           q8(f"blk.{i}.attn_output.weight", h16=io[i]["wo"], residual=True),
+                           q8(f"blk.{i}.attn_output.weight", h16=io[i]["wo"]),
                            vec(f"blk.{i}.ffn_norm.weight"),
                            q8(f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight", glu=True, h16=io[i]["gu"]),
-                           q8(f"blk.{i}.ffn_down.weight", h16=io[i]["down"], residual=True))
+                           q8(f"blk.{i}.ffn_down.weight", h16=io[i]["down"]))
               for i in range(cfg.n_layers)]
     embed = vec("token_embd.weight").to(act)
     output = q8("token_embd.weight" if cfg.tied_embeddings else "output.weight", out_f32=True,

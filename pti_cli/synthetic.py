@@ -123,12 +123,11 @@ def build_weights(shape: GpuShape, device: torch.device, twins: str, seed: int, 
 
     roles = h16_roles(backend, shape) if backend is not None else frozenset()
 
-    def mat(n: int, k: int, out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False),
-            residual: bool = False):
+    def mat(n: int, k: int, out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False)):
         pairs = [random_q8(n, k, gen, draw_device) for _ in range(2 if twins == "ab" else 1)]
         if draw_device != device:
             pairs = [(q.to(device), s.to(device)) for q, s in pairs]
-        return make_linear(pairs, device, backend, out_f32, glu, h16, residual)
+        return make_linear(pairs, device, backend, out_f32, glu, h16)
 
     def norm():
         return (1.0 + 0.1 * torch.randn(shape.dim, generator=gen, device=draw_device)).float().to(device)
@@ -140,10 +139,10 @@ def build_weights(shape: GpuShape, device: torch.device, twins: str, seed: int, 
         layers.append(LayerWeights(
             attn_norm=norm(),
             wqkv=mat((shape.n_heads + 2 * shape.n_kv_heads) * hd, shape.dim, h16=io["qkv"]),
-            wo=mat(shape.dim, shape.n_heads * hd, h16=io["wo"], residual=True),
+            wo=mat(shape.dim, shape.n_heads * hd, h16=io["wo"]),
             ffn_norm=norm(),
             wgu=mat(2 * shape.ffn, shape.dim, glu=True, h16=io["gu"]),
-            wdown=mat(shape.dim, shape.ffn, h16=io["down"], residual=True),
+            wdown=mat(shape.dim, shape.ffn, h16=io["down"]),
         ))
     return Weights(embed=embed, layers=layers, out_norm=norm(),
                    output=mat(shape.vocab, shape.dim, out_f32=True, h16=h16_io(roles, 0, 1)["head"]), h16=roles)

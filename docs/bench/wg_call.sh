@@ -18,8 +18,8 @@
 #     synth-sum    the same for session 29's default against its parts: PTI_WG_NARROW=w with PTI_WG_SUM_INV=0
 #              (session 28's path with the faster cluster forms), auto with 0, auto with 1 (the default);
 #              or the settings in SUM_CFGS, e.g. SUM_CFGS="w:0 auto:1 w:0 auto:1" (each run's JSON numbered)
-#     synth-env    the same (sequences 32,64, twins a and ab) under each NAME=VALUE of SYNTH_ENVS, in order (session
-#              30: SYNTH_ENVS="PTI_WG_TILES=0 PTI_WG_TILES=1 PTI_WG_TILES=0 PTI_WG_TILES=1")
+#     synth-env    the same (sequences 32,64, twins a and ab) under each NAME=VALUE[,NAME=VALUE] of SYNTH_ENVS, in
+#              order (session 30: SYNTH_ENVS="PTI_WG_TILES=0,PTI_WG_RESIDUAL=0 PTI_WG_TILES=1 ...")
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -94,7 +94,7 @@ synth-env)
   for cfg in ${SYNTH_ENVS:-PTI_WG_TILES=0 PTI_WG_TILES=1}; do
     i=$((i + 1))
     step "bench --synthetic 8b --twins a,ab $cfg"
-    env "$cfg" timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 32,64 --twins a,ab \
+    env ${cfg//,/ } timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 32,64 --twins a,ab \
         --repeats 3 --json "$OUT/synth_8b_ab_${cfg//[^A-Za-z0-9]/_}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done ;;
 gap)

@@ -248,10 +248,12 @@ class Epilogue:
 
     def wg_ok(self) -> bool:
         """Whether the Hopper kernels take it: each row scaled by its inv, given or summed (sum_inv, or the
-        inv CTAs' form with the tiles given)."""
+        inv CTAs' form with the tiles given), or the residual form (uo, po and g; launch_wg checks the rest)."""
+        if self.uo or self.po or self.invo:
+            return bool(self.uo and self.po and self.g) and not (self.pin or self.inv or self.sum_inv)
         if self.sum_inv or self.ti:
-            return bool(self.pin and self.inv) and not (self.uo or self.po or self.invo)
-        return self.inv_only()
+            return bool(self.pin and self.inv)
+        return self.inv_only() or not (self.pin or self.to)
 
     def inv_form(self) -> bool:
         """Whether the launch takes the kernels' inv CTAs' form ("_i1": inv slots to fill or set pending)."""
@@ -329,12 +331,11 @@ class KernelBackend(Backend):
         return self.epilogue_ok() and self.act_dtype == torch.bfloat16
 
     def weight_from_q8(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], cols: int | None = None,
-                       glu: bool = False, h16: bool = False, ring: bool = True) -> KernelMatrix:
+                       glu: bool = False, h16: bool = False) -> KernelMatrix:
         """One or two (int8 [N, K or nb*32], float16 [N, nb]) Q8_0 matrices (twins A, B) on any
         device; `cols` is the logical K when the int8 rows are padded to whole blocks.
         glu: the rows are [gate F | up F] and matmuls return silu(gate) * up [M, F] (bf16, or h16
-        with h16).  h16: the matmuls take h16 inputs (f16 tensors; pti_bf16_to_h16).  ring: False for
-        a matrix the Hopper kernels will never be given (with_ring: no second copy)."""
+        with h16).  h16: the matmuls take h16 inputs (f16 tensors; pti_bf16_to_h16)."""
         rows, cols = pairs[0][0].shape[0], cols or pairs[0][0].shape[1]
         if glu and not self.glu_ok(rows):
             raise PtiError(f"the {self.kind} backend cannot fuse SiLU into a {rows}-row gate/up matrix")
@@ -346,7 +347,7 @@ class KernelBackend(Backend):
             if q.shape[1] % 32:
                 q = torch.nn.functional.pad(q, (0, 32 - q.shape[1] % 32))
             pack = repack_q8(q.contiguous(), d.to(self.device, torch.float16).contiguous(), cols, self.code(h16))
-            packs.append(self.with_ring(pack) if ring else pack)
+            packs.append(self.with_ring(pack))
         plane = {0: 0, 1: 0} if len(packs) == 1 else {0: 0, 1: 1}
         return KernelMatrix(packs, plane, rows, cols, len(packs) == 1, glu=glu)
 
@@ -383,8 +384,11 @@ class KernelBackend(Backend):
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
-        """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: their epilogue
-        takes only each row's inv, given or summed before the matmul (Epilogue.wg_ok)."""
+        """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: each row scaled
+        by its inv, given or summed, or the residual form (Epilogue.wg_ok; PTI_WG_RESIDUAL=0: not that one,
+        for A/B runs)."""
+        if epi is not None and epi.po and os.environ.get("PTI_WG_RESIDUAL", "1") == "0":
+            return False
         return (WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
                 and (epi is None or epi.wg_ok()))
 
@@ -708,8 +712,8 @@ class CudaBackend(KernelBackend):
             raise PtiError("silu(gate) * up comes out as h16 (float16) exactly when the epilogue says h16")
         live = [i for i, x in enumerate(xs) if x.shape[0]]   # a twin may have no rows
         given = bool(epi is not None and epi.ti)   # the tiles, written by the residual launch before
-        invs = list(epi.inv) if epi is not None else [None] * len(xs)
-        pins = list(epi.pin) if epi is not None and (epi.sum_inv or given) else [None] * len(xs)
+        invs = list(epi.inv) if epi is not None and epi.inv else [None] * len(xs)
+        pins = list(epi.pin) if epi is not None and epi.pin and (epi.sum_inv or given) else [None] * len(xs)
         tis = list(epi.ti) if given else [None] * len(xs)
         packs, xs, ys = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live]
         invs, pins, tis = [invs[i] for i in live], [pins[i] for i in live], [tis[i] for i in live]
@@ -727,8 +731,8 @@ class CudaBackend(KernelBackend):
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
         ma, mb = two([x.shape[0] for x in xs])
         pa, pb = two([0 if t is None else t.data_ptr() for t in pins])
-        if given:   # the matmul's first CTAs (whole clusters) sum the rows' inv
-            tiles, n_inv = tis, 0 if epi.no_inv_ctas else -(-max(ma, mb) // 8 // c) * c
+        if given:   # the scaled form's inv summed by the matmul's first CTAs (whole clusters)
+            tiles, n_inv = tis, 0 if epi.no_inv_ctas or pins[0] is None else -(-max(ma, mb) // 8 // c) * c
         else:
             if nb not in self._tiles:   # room for two twins of MAX_ROWS
                 self._tiles[nb] = torch.empty(2 * nb * MAX_ROWS * 32, dtype=torch.bfloat16, device=self.device)
@@ -740,13 +744,37 @@ class CudaBackend(KernelBackend):
             two([y.data_ptr() for y in ys])
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
         h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16")   # as Epilogue.args
+        outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, nr)
         launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS * c + n_inv, len(xs)), (THREADS,), self.smem[name],
                       stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16,
-                                pa, pb, epi.ng if given else 0, float(epi.eps) if given else 0.0, n_inv),
+                                pa, pb, epi.ng if n_inv else 0, float(epi.eps) if n_inv else 0.0, n_inv) + outs,
                                (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
-                               + (ctypes.c_int, ctypes.c_float, ctypes.c_int)), self.pdl, f"launch {name}",
-                      cluster=c if c > 1 else 0)
+                               + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)),
+                      self.pdl, f"launch {name}", cluster=c if c > 1 else 0)
         return name
+
+    @staticmethod
+    def _wg_outs(epi: Epilogue | None, live: list[int], rows: int, glu: bool, ys: list[torch.Tensor], nr: int) -> tuple:
+        """pti_wg_mm's residual form's arguments (uo, po, g, invo, per twin) and its tile outputs (to, tnr):
+        u of the residual form, or silu(gate) * up, also in the tile layout of nr rows for the Hopper matmul
+        after it (Epilogue.to)."""
+        def two(ts):
+            ts = [ts[i] for i in live] if ts else []
+            return (ts[0].data_ptr(), ts[-1].data_ptr()) if ts else (0, 0)
+        if epi is None:
+            return (0,) * 10 + (0,)
+        if epi.po:
+            if ys[0].dtype != torch.float32 or rows % 128 or any(
+                    t.dtype != torch.float32 or t.shape != (rows,) or not t.is_contiguous() for t in epi.g):
+                raise PtiError("the Hopper kernels' residual form needs float32 rows, whole 128-row units and "
+                               "float32 norm weights of one value a column")
+        if epi.to:
+            width = rows // 2 if glu else rows
+            if not (epi.po or glu) or width % 256 or epi.tnr != nr or any(
+                    t.dtype.itemsize != 2 or not t.is_contiguous() or t.numel() != width * nr for t in epi.to):
+                raise PtiError(f"the Hopper kernels write tiles of {nr} rows ([{width * nr}] 16-bit tensors) only "
+                               "from silu(gate) * up or the residual form, of 256-column blocks")
+        return two(epi.uo) + two(epi.po) + two(epi.g) + two(epi.invo) + two(epi.to) + (epi.tnr if epi.to else 0,)
 
     def _launch_tiles(self, xs, tiles, nb: int, nr: int, pins: list, invs: list, epi: Epilogue | None, stream) -> None:
         """pti_wg_tiles: the rows xs into the tile layout; with partial sums (sum_inv), also each row's inv

@@ -607,25 +607,36 @@ def test_host_ring_decodes_as_the_copy(dev, backend, twins):
     assert outs[0] == outs[1]
 
 
+@pytest.mark.parametrize("narrow", ["auto", "1"])
 @pytest.mark.parametrize("twins", ["a", "ab"])
-def test_residual_launches_lay_out_the_hopper_tiles(twins, dev, backend, ops, monkeypatch):
-    """At 40 sequences, a model whose gate/up and head the Hopper kernels take (1024 wide, 6144 rows each) gets
-    their activations in the tile layout from the residual launches before them (attention output, down): no
-    pti_wg_tiles launch.  Logits bit-identical to PTI_WG_TILES=0 (that launch) and to a sequence's pass alone."""
+def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, dev, backend, ops, monkeypatch):
+    """At 40 sequences (20 a twin), a 1024-wide model on the session's backend (PTI_WG_NARROW=auto: the Hopper
+    kernels take gate/up and the head) and on one where they take every matrix (1: down and the attention's
+    output in their residual form): each Hopper matmul but layer 0's QKV (after the embedding) and the attention's
+    output matrix (after the attention) reads tiles the launch before it laid out.  Logits bit-identical to
+    PTI_WG_TILES=0 with PTI_WG_RESIDUAL=0 (the pti_wg_tiles launches, the policy's residual epilogue) and to a
+    sequence's pass alone (one row: the policy kernels)."""
+    from wg_helpers import backend_with_wgmma
+    be = backend if narrow == "auto" else backend_with_wgmma("1", "1")
     shape = GpuShape(n_layers=2, dim=1024, ffn=3072, n_heads=8, n_kv_heads=2, vocab=6144)
-    m = gpu_model(shape, dev, backend, ops, twins=twins, graphs=False, max_seqs=40)
+    m = gpu_model(shape, dev, be, ops, twins=twins, graphs=False, max_seqs=40)
     seqs = [SeqRows(i, [t], 0, i % 2 if twins == "ab" else 0) for i, t in enumerate(prompt(40, shape.vocab, 7))]
-    given = []
-    real = backend.launch_wg
-    monkeypatch.setattr(backend, "launch_wg", lambda p, x, y, glu=False, epi=None:
-                        given.append(bool(epi is not None and epi.ti)) or real(p, x, y, glu, epi))
+    launches = []   # (tiles given, residual form) of each Hopper launch
+    real = be.launch_wg
+    monkeypatch.setattr(be, "launch_wg", lambda p, x, y, glu=False, epi=None:
+                        launches.append((bool(epi is not None and epi.ti), bool(epi is not None and epi.po)))
+                        or real(p, x, y, glu, epi))
     _, tiled = m.run_pass(seqs, want_logits=True)
-    if backend.wgmma:   # gate/up in both layers and the head, each on the residual launch's tiles
-        assert given == [True] * 3
-    given.clear()
+    if be.wgmma and narrow == "auto":   # gate/up in both layers and the head
+        assert launches == [(True, False)] * 3
+    elif be.wgmma:   # QKV, the attention's output, gate/up, down in each layer, then the head
+        assert launches == [(False, False), (False, True), (True, False), (True, True),
+                            (True, False), (False, True), (True, False), (True, True), (True, False)]
+    launches.clear()
     monkeypatch.setenv("PTI_WG_TILES", "0")
+    monkeypatch.setenv("PTI_WG_RESIDUAL", "0")
     _, plain = m.run_pass(seqs, want_logits=True)
-    assert given == [False] * (3 if backend.wgmma else 0)
+    assert not any(t or r for t, r in launches) and (len(launches) > 0) == be.wgmma
     assert all(torch.isfinite(t).all() and torch.equal(t, q) for t, q in zip(tiled, plain))
     for i in (0, 1, 39):
         _, alone = m.run_pass([seqs[i]], want_logits=True)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from pti_cli.backends.repack import join_ssq16
+from wg_helpers import backend_with_wgmma, row_of_tiles, tile_layout
 
 pytestmark = pytest.mark.gpu
 
@@ -312,24 +313,6 @@ def test_every_matmul_kernel_has_the_pinned_carveout(backend):
 # The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, unless PTI_WGMMA=0): 17-64 rows of a tall matrix
 # (width class "x") from its ring-layout copy.  They must give the policy kernels' bits.
 
-def backend_with_wgmma(flag: str, narrow: str = "0"):
-    """A CUDA backend built with PTI_WGMMA=flag and PTI_WG_NARROW=narrow, whatever the session's
-    environment says."""
-    import os
-    from pti_cli.backends.cuda import CudaBackend
-    want = {"PTI_WGMMA": flag, "PTI_WG_NARROW": narrow}
-    old = {k: os.environ.get(k) for k in want}
-    os.environ.update(want)
-    try:
-        return CudaBackend()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
-
-
 @pytest.fixture(scope="module")
 def wg_backend():
     """A backend with the Hopper kernels (built for sm_90a)."""
@@ -457,10 +440,87 @@ def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_ba
     assert wg_calls == want_calls   # one launch a call, both twins in it
 
 
-def test_residual_matrices_get_no_ring_copy(wg_narrow_backend):
-    """The attention's output and down matrices add into the residual stream, an epilogue the Hopper kernels
-    do not have: a model's load makes no ring copy of them, even where every class and K is served
-    (PTI_WG_NARROW=1), while its QKV and gate/up of the same K get theirs."""
+@pytest.mark.parametrize("twins", [1, 2])
+@pytest.mark.parametrize("h16", [False, True])
+def test_hopper_residual_form_gives_the_policy_bits(policy_backend, wg_narrow_backend, monkeypatch, twins, h16):
+    """The Hopper kernels' residual form (Epilogue with uo, po, g: x += bf16(x W^T), u = bf16(x g), the partial
+    sums of x^2; an h16 matrix: f16 inputs, u as h16) on a narrow matrix (clusters of 8), a wide one (of 4) and a
+    tall one (one CTA a unit): the policy kernels' bits in x, u and the partial sums, the inv slots set pending,
+    u also in the tile layout (Epilogue.to) where asked, and the inputs from tiles given (Epilogue.ti, the layout
+    a gate/up writes) as from the pti_wg_tiles launch."""
+    be = wg_narrow_backend
+    if not hopper(be):
+        return
+    from pti_cli.backends.cuda import Epilogue
+    calls = []
+    real = be.launch_wg
+    monkeypatch.setattr(be, "launch_wg", lambda p, x, y, glu=False, epi=None: calls.append(1) or real(p, x, y, glu, epi))
+    k = 2048
+    for n in (1024, 6144, 128 * (be.sm_count + 1)):
+        pairs = [rand_q8(n, k) for _ in range(twins)]
+        plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, h16=h16)
+        ring = be.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, h16=h16)
+        assert all(p.ring is not None for p in ring.packs)
+        g = [torch.rand(n, generator=GEN).add(0.5).cuda() for _ in range(twins)]
+        for m in (17, 40, 64):
+            rows = [m - 5 * t for t in range(twins)]
+            nr = 32 if max(rows) <= 32 else 64
+            xs = [rand_x(r, k, torch.float16 if h16 else torch.bfloat16) for r in rows]
+            x0 = [torch.randn(r, n, generator=GEN).mul(3).cuda() for r in rows]
+            tiled = n % 256 == 0
+            out = {}
+            for name, b, w in (("policy", policy_backend, plain), ("hopper", be, ring), ("given", be, ring)):
+                x = [t.clone() for t in x0]
+                u = [torch.full((r, n), float("nan"), dtype=torch.float16 if h16 else torch.bfloat16, device="cuda") for r in rows]
+                p = [torch.full((r, n // 16), float("nan"), device="cuda") for r in rows]
+                invo = [torch.full((r,), 1.5, device="cuda") for r in rows]
+                to = [torch.full((n * nr,), float("nan"), dtype=u[0].dtype, device="cuda") for _ in rows] if tiled and b is be else []
+                ti = [tile_layout(t, nr) for t in xs] if name == "given" else []
+                before = len(calls)
+                b.matmul_epi(list(range(twins)), xs, w, x, Epilogue(n // 16, 0.0, uo=u, po=p, g=g, invo=invo, h16=h16,
+                                                                   to=to, tnr=nr if to else 0, ti=ti))
+                assert len(calls) - before == (b is be), (name, n, m)   # one Hopper launch, both twins in it
+                out[name] = (x, u, p, invo, to)
+            for name in ("hopper", "given"):
+                for t in range(twins):
+                    for a, c in zip(out[name][:3], out["policy"][:3]):
+                        assert torch.equal(a[t].view(torch.int32 if a[t].dtype == torch.float32 else torch.int16),
+                                           c[t].view(torch.int32 if c[t].dtype == torch.float32 else torch.int16)), (name, n, m, t)
+                    assert (out[name][3][t].view(torch.int32) == -1).all(), (name, n, m, t)
+                    if tiled:
+                        live = row_of_tiles(nr, n) < rows[t]
+                        want = tile_layout(out["policy"][1][t].view(torch.int16), nr)
+                        assert torch.equal(out[name][4][t].view(torch.int16)[live], want[live]), (name, n, m, t)
+
+
+@pytest.mark.parametrize("twins", [1, 2])
+def test_hopper_glu_writes_the_down_tiles(wg_backend, twins):
+    """A gate/up the Hopper kernels take, given the next matrix's tiles (Epilogue.to): silu(gate) * up in the
+    tile layout too, as tile_layout gives it from the outputs, bf16 or h16."""
+    if not hopper(wg_backend):
+        return
+    from pti_cli.backends.cuda import Epilogue
+    n, k = 512 * -(-tall(wg_backend) // 512), 1024   # 2F rows, F a multiple of 256
+    pairs = [rand_q8(n, k) for _ in range(twins)]
+    w = wg_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=True)
+    for h16_out in (False, True):
+        for m in (17, 40, 64):
+            rows = [m - 5 * t for t in range(twins)]
+            nr = 32 if max(rows) <= 32 else 64
+            xs = [rand_x(r, k, torch.bfloat16) for r in rows]
+            invs = [torch.rand(r, generator=GEN).add(0.5).cuda() for r in rows]
+            ys = [poisoned(r, n // 2, torch.float16 if h16_out else torch.bfloat16) for r in rows]
+            to = [torch.full((n // 2 * nr,), float("nan"), dtype=ys[0].dtype, device="cuda") for _ in rows]
+            wg_backend.matmul_epi(list(range(twins)), xs, w, ys, Epilogue(k // 16, 0.0, inv=invs, h16=h16_out, to=to, tnr=nr))
+            for y, t, r in zip(ys, to, rows):
+                assert not torch.isnan(y.float()).any()
+                live = row_of_tiles(nr, n // 2) < r
+                assert torch.equal(t.view(torch.int16)[live], tile_layout(y.view(torch.int16), nr)[live]), (h16_out, m)
+
+
+def test_residual_matrices_get_ring_copies(wg_narrow_backend):
+    """The attention's output and down matrices take the Hopper kernels' residual form: a model's load makes
+    their ring copies as for QKV and gate/up, where the class and K are served (PTI_WG_NARROW=1: all)."""
     be = wg_narrow_backend
     if not hopper(be):
         return
@@ -468,10 +528,8 @@ def test_residual_matrices_get_no_ring_copy(wg_narrow_backend):
     from pti_cli.synthetic import build_weights
     shape = GpuShape(n_layers=1, dim=1024, ffn=2048, n_heads=8, n_kv_heads=2, vocab=1024)
     layer = build_weights(shape, torch.device("cuda"), "ab", 5, be).layers[0]
-    copies = lambda lin: [p.ring is not None for p in lin.w.packs]   # noqa: E731
-    assert copies(layer.wqkv) == [True, True] and copies(layer.wgu) == [True, True]
-    assert copies(layer.wo) == [False, False] and copies(layer.wdown) == [False, False]
-    assert all(be.wg_eligible(p) for lin in (layer.wo, layer.wdown) for p in lin.w.packs)   # only the load's choice
+    for lin in (layer.wqkv, layer.wo, layer.wgu, layer.wdown):
+        assert [p.ring is not None for p in lin.w.packs] == [True, True]
 
 
 @pytest.mark.parametrize("twins", [1, 2])

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pti_cli.gpu_model import INV_IN_EPILOGUE_ROWS, make_linear, norm_parts
+from wg_helpers import row_of_tiles, tile_layout
 
 pytestmark = pytest.mark.gpu
 
@@ -52,8 +53,7 @@ def test_residual_epilogue(backend, ops, n, k, twins):
         x_ref = x + lin(a, n_a).float()
         u_want, p_want = ops.norm_parts(x_ref, g, n_a, torch.bfloat16)
         torch.empty(4096, dtype=torch.float32, device=DEV).fill_(1.5)   # poison what torch.empty may reuse
-        u, p, inv, tiles = lin.residual(a, x, g, n_a)
-        assert tiles is None, m   # (no matrix read next was named)
+        u, p, inv = lin.residual(a, x, g, n_a)
         # one launch, one twin, and a matrix the policy kernels take (the Hopper kernels, where they take
         # it (1000x4096 with PTI_WG_NARROW=1), take the rows' inv given: no slots for the next matmul)
         want_inv = twins == 1 and INV_IN_EPILOGUE_ROWS < m <= 64 and not backend.wg_ready(lin.w.packs, m)
@@ -208,7 +208,7 @@ def test_inv_ctas_form_of_every_variant(backend, ops, monkeypatch):
         x = (torch.randn(rows, k, generator=GEN) * 2).to(DEV)
         g = norm_weights(1, k)
         torch.empty(4096, dtype=torch.float32, device=DEV).fill_(1.5)   # poison what torch.empty may reuse
-        u, p, slots, _ = res.residual(a, x, g, rows)
+        u, p, slots = res.residual(a, x, g, rows)
         assert slots is not None and (slots.view(torch.int32) == -1).all(), v
         for kind in ("out", "f32", "glu"):
             lin = make_linear([rand_q8(n, k)], DEV, backend, out_f32=kind == "f32", glu=kind == "glu")
@@ -223,30 +223,18 @@ def test_inv_ctas_form_of_every_variant(backend, ops, monkeypatch):
             assert (s.view(torch.int32) == -1).all() and torch.equal(got.view(bits), want.view(bits)), (v, kind)
 
 
-def tile_layout(t: torch.Tensor, nr: int) -> torch.Tensor:
-    """[m, K] -> the Hopper kernels' tiles of nr rows (kernels/pti_kernel.hip pti_wg_tiles), rows m.. zero:
-    tile j holds block b = (j mod nb / 8) 8 + j div (nb / 8); in it, column 16 h + 8 j' + 2 w + e of row
-    8 q + i at 256 q + 64 w + 8 i + 4 h + 2 j' + e."""
-    m, k = t.shape
-    nb = k // 32
-    full = torch.zeros(nr, k, dtype=t.dtype, device=t.device)
-    full[:m] = t
-    j = torch.arange(nb, device=t.device)
-    blocks = full.view(nr, nb, 32)[:, (j % (nb // 8)) * 8 + j // (nb // 8)]   # [row, tile, column]
-    return blocks.reshape(nr // 8, 8, nb, 2, 2, 4, 2).permute(2, 0, 5, 1, 3, 4, 6).reshape(-1)
-
 
 @pytest.mark.parametrize("twins", [1, 2])
 def test_residual_lays_out_tiles_for_the_hopper_matmul(backend, ops, twins):
-    """A residual launch told the matrix read next (feed) also writes u in the tile layout pti_wg_tiles gives,
-    where the Hopper kernels take that matrix (a cluster form at 6144 rows, the one-CTA form on a tall one),
-    and sets the inv slots pending; the Hopper matmul on those tiles, its own first CTAs summing the inv, gives
-    the bits of the pti_wg_tiles path, also with no inv CTA (every matmul CTA sums the rows itself).
-    Plain, float32 and silu(gate) * up outputs; 17, 40 and 64 rows of one twin, 40, 64 and 100 of two (split
-    unevenly)."""
+    """A residual launch of the policy kernels given the next matrix's input_tiles (Epilogue.to) also writes u
+    in the tile layout pti_wg_tiles gives, where the Hopper kernels take that matrix (a cluster form at 6144 rows,
+    the one-CTA form on a tall one), and sets the inv slots pending; the Hopper matmul on those tiles, its own
+    first CTAs summing the inv, gives the bits of the pti_wg_tiles path, also with no inv CTA (every matmul CTA
+    sums the rows itself).  Plain, float32 and silu(gate) * up outputs; 17, 40 and 64 rows of one twin, 40, 64
+    and 100 of two (split unevenly)."""
     from pti_cli.backends.cuda import Epilogue
     d = 1024
-    res = make_linear([rand_q8(d, 512) for _ in range(twins)], DEV, backend, residual=True)
+    res = make_linear([rand_q8(d, 512) for _ in range(twins)], DEV, backend)   # (K 512: the policy's)
     g = norm_weights(twins, d)
     tall = 128 * (backend.sm_count + 1)
     feeds = {"w_out": make_linear([rand_q8(6144, d) for _ in range(twins)], DEV, backend),
@@ -258,20 +246,21 @@ def test_residual_lays_out_tiles_for_the_hopper_matmul(backend, ops, twins):
         x = (torch.randn(m, d, generator=GEN) * 3).to(DEV)
         for kind, lin in feeds.items():
             x_ref = x.clone()
-            u_ref, p_ref, _, _ = res.residual(a, x_ref, g, n_a)
-            xt = x.clone()
-            torch.empty(1 << 20, dtype=torch.float32, device=DEV).fill_(float("nan"))   # poison what empty may reuse
-            u, p, inv, tiles = res.residual(a, xt, g, n_a, feed=lin)
-            assert torch.equal(xt, x_ref) and torch.equal(u.view(torch.int16), u_ref.view(torch.int16)) and torch.equal(p, p_ref)
-            parts = lin._parts(m, n_a)
-            nr = 32 if max(hi - lo for _, lo, hi in parts) <= 32 else 64
+            u_ref, p_ref, _ = res.residual(a, x_ref, g, n_a)
+            tiles = lin.input_tiles(m, n_a)
             assert (tiles is not None) == backend.wgmma, (m, kind)
             if tiles is None:
                 continue
+            for t in tiles:
+                t.fill_(float("nan"))
+            xt = x.clone()
+            u, p, inv = res.residual(a, xt, g, n_a, to=tiles)
+            assert torch.equal(xt, x_ref) and torch.equal(u.view(torch.int16), u_ref.view(torch.int16)) and torch.equal(p, p_ref)
+            parts = lin._parts(m, n_a)
+            nr = 32 if max(hi - lo for _, lo, hi in parts) <= 32 else 64
             assert len(tiles) == len(parts) and (inv.view(torch.int32) == -1).all(), (m, kind)
-            rows = torch.arange(nr, device=DEV).view(nr, 1).expand(nr, d)
             for t, (_, lo, hi) in zip(tiles, parts):
-                live = tile_layout(rows, nr) < hi - lo   # the rows past the twin's are never read
+                live = row_of_tiles(nr, d) < hi - lo   # the rows past the twin's are never read
                 want = tile_layout(u[lo:hi].view(torch.int16), nr)
                 assert torch.equal(t.view(torch.int16)[live], want[live]), (m, kind, lo)
             bits = torch.int32 if kind == "w_f32" else torch.int16
