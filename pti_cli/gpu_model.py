@@ -761,14 +761,13 @@ def load_ssq(ssq: Any, backend: Any, device: torch.device, twins: str = "a", *, 
 
     roles = h16_roles(backend, shape) if backend is not None else frozenset()
 
-    def q8(*names: str, out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False),
-           residual: bool = False):
+    def q8(*names: str, out_f32: bool = False, glu: bool = False, h16: tuple[bool, bool] = (False, False)):
         pairs = []
         for t in ts:
             parts = [ssq.q8(n, t) for n in names]
             pairs.append((torch.from_numpy(np.concatenate([p[0] for p in parts])).to(device),
                           torch.from_numpy(np.concatenate([p[1] for p in parts])).to(device)))
-        return make_linear(pairs, device, backend, out_f32, glu, h16, residual)
+        return make_linear(pairs, device, backend, out_f32, glu, h16)
 
     def vec(name: str) -> torch.Tensor:   # [n] for one twin, [2, n] for two
         v = [torch.from_numpy(np.ascontiguousarray(ssq.dense(name, t), dtype=np.float32)) for t in ts]

@@ -747,7 +747,7 @@ class CudaBackend(KernelBackend):
         outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, nr)
         launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS * c + n_inv, len(xs)), (THREADS,), self.smem[name],
                       stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16,
-                                pa, pb, epi.ng if n_inv else 0, float(epi.eps) if n_inv else 0.0, n_inv) + outs,
+                                pa, pb, epi.ng if pa else 0, float(epi.eps) if pa else 0.0, n_inv) + outs,
                                (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
                                + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)),
                       self.pdl, f"launch {name}", cluster=c if c > 1 else 0)
