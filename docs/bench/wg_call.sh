@@ -18,6 +18,8 @@
 #     synth-sum    the same for session 29's default against its parts: PTI_WG_NARROW=w with PTI_WG_SUM_INV=0
 #              (session 28's path with the faster cluster forms), auto with 0, auto with 1 (the default);
 #              or the settings in SUM_CFGS, e.g. SUM_CFGS="w:0 auto:1 w:0 auto:1" (each run's JSON numbered)
+#     synth-all    pti bench --synthetic 8b --seqs 1,2,4,8,16,32,64 --twins a,ab (the README's table)
+#     synth-twin-min   sequences 16,24,32 of twins ab with PTI_WG_TWIN_MIN_ROWS from TWIN_MINS (default "17 9 17 9")
 #     synth-env    the same (sequences 32,64, twins a and ab) under each NAME=VALUE[,NAME=VALUE] of SYNTH_ENVS, in
 #              order (session 30: SYNTH_ENVS="PTI_WG_TILES=0,PTI_WG_RESIDUAL=0 PTI_WG_TILES=1 ...")
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
@@ -96,6 +98,16 @@ synth-env)
     step "bench --synthetic 8b --twins a,ab $cfg"
     env ${cfg//,/ } timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 32,64 --twins a,ab \
         --repeats 3 --json "$OUT/synth_8b_ab_${cfg//[^A-Za-z0-9]/_}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
+  done ;;
+synth-all)
+  step "bench --synthetic 8b --seqs 1,2,4,8,16,32,64 --twins a,ab"
+  timeout 200 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,2,4,8,16,32,64 --twins a,ab --repeats 3 \
+      --json "$OUT/synth_8b_all.json" 2>&1 | grep -v "^[┏┡└]" | tail -24 >> "$LOG" ;;
+synth-twin-min)
+  for v in ${TWIN_MINS:-17 9 17 9}; do
+    step "bench --synthetic 8b --seqs 16,24,32 --twins ab PTI_WG_TWIN_MIN_ROWS=$v"
+    PTI_WG_TWIN_MIN_ROWS=$v timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 16,24,32 --twins ab --repeats 3 \
+        --json "$OUT/synth_8b_twinmin$v.json" 2>&1 | grep -v "^[┏┡└]" | tail -8 >> "$LOG"
   done ;;
 gap)
   step "wg_gap.py (PTI_WG_NARROW=1) and the probe's forms for the same shapes"

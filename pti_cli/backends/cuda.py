@@ -389,7 +389,9 @@ class KernelBackend(Backend):
         for A/B runs)."""
         if epi is not None and epi.po and os.environ.get("PTI_WG_RESIDUAL", "1") == "0":
             return False
-        return (WG_MIN_ROWS <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
+        # PTI_WG_TWIN_MIN_ROWS: the fewest rows a twin for a launch of two twins (an experiment, session 30)
+        least = int(os.environ.get("PTI_WG_TWIN_MIN_ROWS", WG_MIN_ROWS)) if len(packs) == 2 else WG_MIN_ROWS
+        return (least <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
                 and (epi is None or epi.wg_ok()))
 
     def _dev(self, a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
