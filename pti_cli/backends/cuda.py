@@ -72,6 +72,9 @@ WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1), (64, "m8", 8, 2, 4, 1)),
                "w": ((32, "m4_c4", 4, 4, 3, 4), (64, "m8_c8", 8, 2, 4, 8)),
                "n": ((32, "m4_c8", 4, 2, 4, 8), (64, "m8_c8", 8, 2, 4, 8))}
 WG_MIN_ROWS = 17
+# A launch of two twins takes them from 9 rows a twin (past TWIN_KERNEL_MAX_ROWS, where the policy makes two
+# one-twin launches): +3.6% at 24 and 32 sequences of twins ab (docs/perf.md, session 30, item 3).
+WG_TWIN_MIN_ROWS = 9
 RING_RESERVE = 0.25   # of the card's memory, left free by the ring copies (the KV cache, the pass's buffers)
 
 
@@ -389,8 +392,8 @@ class KernelBackend(Backend):
         for A/B runs)."""
         if epi is not None and epi.po and os.environ.get("PTI_WG_RESIDUAL", "1") == "0":
             return False
-        # PTI_WG_TWIN_MIN_ROWS: the fewest rows a twin for a launch of two twins (an experiment, session 30)
-        least = int(os.environ.get("PTI_WG_TWIN_MIN_ROWS", WG_MIN_ROWS)) if len(packs) == 2 else WG_MIN_ROWS
+        # the fewest rows (of the launch's largest twin): WG_TWIN_MIN_ROWS for two twins (PTI_WG_TWIN_MIN_ROWS, A/B)
+        least = int(os.environ.get("PTI_WG_TWIN_MIN_ROWS", WG_TWIN_MIN_ROWS)) if len(packs) == 2 else WG_MIN_ROWS
         return (least <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
                 and (epi is None or epi.wg_ok()))
 

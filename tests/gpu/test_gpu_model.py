@@ -608,9 +608,9 @@ def test_host_ring_decodes_as_the_copy(dev, backend, twins):
 
 
 @pytest.mark.parametrize("narrow", ["auto", "1"])
-@pytest.mark.parametrize("twins", ["a", "ab"])
-def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, dev, backend, ops, monkeypatch):
-    """At 40 sequences (20 a twin), a 1024-wide model on the session's backend (PTI_WG_NARROW=auto: the Hopper
+@pytest.mark.parametrize("twins,n_seqs", [("a", 40), ("ab", 40), ("ab", 24)])
+def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, dev, backend, ops, monkeypatch):
+    """At 40 sequences (20 a twin) or 24 of twins ab (12 a twin: WG_TWIN_MIN_ROWS), a 1024-wide model on the session's backend (PTI_WG_NARROW=auto: the Hopper
     kernels take gate/up and the head) and on one where they take every matrix (1: down and the attention's
     output in their residual form): each Hopper matmul but layer 0's QKV (after the embedding) and the attention's
     output matrix (after the attention) reads tiles the launch before it laid out.  Logits bit-identical to
@@ -620,7 +620,7 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, dev, backend,
     be = backend if narrow == "auto" else backend_with_wgmma("1", "1")
     shape = GpuShape(n_layers=2, dim=1024, ffn=3072, n_heads=8, n_kv_heads=2, vocab=6144)
     m = gpu_model(shape, dev, be, ops, twins=twins, graphs=False, max_seqs=40)
-    seqs = [SeqRows(i, [t], 0, i % 2 if twins == "ab" else 0) for i, t in enumerate(prompt(40, shape.vocab, 7))]
+    seqs = [SeqRows(i, [t], 0, i % 2 if twins == "ab" else 0) for i, t in enumerate(prompt(n_seqs, shape.vocab, 7))]
     launches = []   # (tiles given, residual form) of each Hopper launch
     real = be.launch_wg
     monkeypatch.setattr(be, "launch_wg", lambda p, x, y, glu=False, epi=None:
@@ -638,6 +638,6 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, dev, backend,
     _, plain = m.run_pass(seqs, want_logits=True)
     assert not any(t or r for t, r in launches) and (len(launches) > 0) == be.wgmma
     assert all(torch.isfinite(t).all() and torch.equal(t, q) for t, q in zip(tiled, plain))
-    for i in (0, 1, 39):
+    for i in (0, 1, n_seqs - 1):
         _, alone = m.run_pass([seqs[i]], want_logits=True)
         assert torch.equal(alone[0], tiled[i]), i

@@ -370,7 +370,8 @@ def test_hopper_kernels_give_the_policy_bits(policy_backend, wg_backend, wg_call
     mats = [rand_q8(n, k) for _ in range(twins)]
     plain, ring = load(backend, mats, k), rings(wg_backend, load(wg_backend, mats, k))
     assert all(p.ring is None for p in plain.packs)
-    for m in (17, 23, 32, 33, 50, 64):
+    ms = (17, 23, 32, 33, 50, 64) + ((9, 14) if twins == 2 else ())   # two twins: from 9 rows (WG_TWIN_MIN_ROWS)
+    for m in ms:
         for out_dtype in (torch.float32, torch.bfloat16):
             xs = [rand_x(m - 5 * t, k, torch.bfloat16) for t in range(twins)]   # twin B with fewer rows
             got, want = [], []
@@ -387,8 +388,7 @@ def test_hopper_kernels_give_the_policy_bits(policy_backend, wg_backend, wg_call
                 if out_dtype == torch.float32:
                     check_close(y, x, q, d, k)
     # one launch a call, both twins in it
-    assert wg_calls == [wg_backend.wg_kernel(m, o)[0] for m in (17, 23, 32, 33, 50, 64)
-                        for o in (torch.float32, torch.bfloat16)]
+    assert wg_calls == [wg_backend.wg_kernel(m, o)[0] for m in ms for o in (torch.float32, torch.bfloat16)]
 
 
 @pytest.mark.parametrize("twins", [1, 2])
@@ -553,7 +553,7 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, wg_narrow_bac
         ring = be.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu)
         assert all(p.ring is not None for p in ring.packs) and all(p.ring is None for p in plain.packs)
         cols, dt = (n // 2, torch.bfloat16) if glu else (n, torch.float32)
-        for m in (17, 32, 40, 64):
+        for m in (17, 32, 40, 64) + ((9, 16) if twins == 2 else ()):   # two twins: from 9 rows (WG_TWIN_MIN_ROWS)
             xs = [rand_x(m - 3 * t, k, torch.bfloat16) for t in range(twins)]
             invs = [torch.rand(x.shape[0], generator=GEN).add(0.5).cuda() for x in xs]
             for scaled in (False, True):
