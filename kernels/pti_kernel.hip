@@ -339,7 +339,8 @@ struct PtiArgs {
     // Bit 0: the norm parts (uo) and the fused gate/up's outputs are written as h16 (pti_bf16_to_h16),
     // for an h16 matrix after this one.  Bit 1: f16 inputs that are h16 (a bf16 model's), so the
     // plain outputs (TOUT 1) are bf16, not f16.
-    int h16;    // A residual launch given to: u also in the tile layout of tnr rows (pti_wg_tile_at) that the Hopper
+    int h16;
+    // A residual launch given to: u also in the tile layout of tnr rows (pti_wg_tile_at) that the Hopper
     // matmul after it reads, so that no pti_wg_tiles launch sits between them (docs/perf.md, session 30).
     unsigned short* to[2];
     int tnr;
