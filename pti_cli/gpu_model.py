@@ -136,6 +136,10 @@ class KernelLinear:
         launch then sums the rows' inv (Epilogue.sum_inv; PTI_WG_SUM_INV=0: a row_inv launch, for A/B)."""
         if not getattr(self.backend, "wgmma", False) or os.environ.get("PTI_WG_SUM_INV", "1") == "0":
             return False
+        return self._wg_ready(parts)
+
+    def _wg_ready(self, parts: list) -> bool:
+        """Whether these parts' rows go to the Hopper kernels in one launch (backend.wg_ready)."""
         packs = [self.w.packs[self.w.plane[t]] for t, _, _ in parts]
         return self.backend.wg_ready(packs, max(hi - lo for _, lo, hi in parts))
 
@@ -146,11 +150,10 @@ class KernelLinear:
         if not getattr(self.backend, "wgmma", False) or os.environ.get("PTI_WG_TILES", "1") == "0":
             return 0
         parts = self._parts(M, n_a)
-        packs = [self.w.packs[self.w.plane[t]] for t, _, _ in parts]
-        m = max(hi - lo for _, lo, hi in parts)
-        if not self.backend.wg_ready(packs, m):
+        if not self._wg_ready(parts):
             return 0
-        return self.backend.wg_kernel(m, torch.float32, self.glu, packs[0].ring.code, packs[0].ring.rows)[1]
+        ring = self.w.packs[self.w.plane[parts[0][0]]].ring
+        return self.backend.wg_kernel(max(hi - lo for _, lo, hi in parts), torch.float32, self.glu, ring.code, ring.rows)[1]
 
     def input_tiles(self, M: int, n_a: int) -> list | None:
         """Room for this matrix's M input rows in the Hopper kernels' tile layout, one tensor a twin, which the

@@ -445,6 +445,43 @@ def test_hopper_narrow_class_only_on_a_long_k():
     assert be.wg_eligible(pack(narrow, 1024))
 
 
+def test_hopper_session30_forms(monkeypatch):
+    """Session 30's forms (kernels/pti_kernel.hip pti_wg_mm): two twins from WG_TWIN_MIN_ROWS rows a twin, one
+    from WG_MIN_ROWS; the scaled matmul on tiles given (pin and inv: its inv CTAs); the residual form (uo, po, g,
+    with or without invo and tiles given, never scaled; PTI_WG_RESIDUAL=0: the policy's); and Epilogue.to_ok,
+    the tiles a launch writes for the next matrix."""
+    from pti_cli.backends.cuda import WG_MIN_ROWS, WG_TWIN_MIN_ROWS, CudaBackend, Epilogue
+    from pti_cli.backends.repack import Packed
+    monkeypatch.delenv("PTI_WG_TWIN_MIN_ROWS", raising=False)
+    monkeypatch.delenv("PTI_WG_RESIDUAL", raising=False)
+    be = object.__new__(CudaBackend)
+    be.wgmma, be.sm_count, be.wg_classes, be.wg_min_k = True, 4, ("x", "w", "n"), None
+    p = Packed(torch.zeros(32, 32, 32, 16, dtype=torch.int8), torch.zeros(32, 32, 8, dtype=torch.int32), 512, 1024)
+    p.ring = p
+    assert WG_TWIN_MIN_ROWS < WG_MIN_ROWS
+    for m in (WG_TWIN_MIN_ROWS - 1, WG_TWIN_MIN_ROWS, WG_MIN_ROWS - 1, WG_MIN_ROWS):
+        assert be.wg_ready([p, p], m) == (m >= WG_TWIN_MIN_ROWS) and be.wg_ready([p], m) == (m >= WG_MIN_ROWS), m
+    monkeypatch.setenv("PTI_WG_TWIN_MIN_ROWS", "17")
+    assert not be.wg_ready([p, p], 16) and be.wg_ready([p, p], 17)
+    monkeypatch.delenv("PTI_WG_TWIN_MIN_ROWS")
+    rows, tiles = [torch.ones(40)], [torch.zeros(1024 * 64, dtype=torch.bfloat16)]
+    pin, uo, po, g = [torch.ones(40, 64)], [torch.ones(40, 512, dtype=torch.bfloat16)], [torch.ones(40, 32)], [torch.ones(512)]
+    assert be.wg_ready([p], 40, Epilogue(64, pin=pin, inv=rows, ti=tiles))
+    assert not be.wg_ready([p], 40, Epilogue(64, pin=pin, ti=tiles))              # the inv slots are needed
+    for epi in (Epilogue(32, uo=uo, po=po, g=g), Epilogue(32, uo=uo, po=po, g=g, invo=rows, ti=tiles)):
+        assert be.wg_ready([p], 40, epi)
+        monkeypatch.setenv("PTI_WG_RESIDUAL", "0")
+        assert not be.wg_ready([p], 40, epi)
+        monkeypatch.delenv("PTI_WG_RESIDUAL")
+    assert not be.wg_ready([p], 40, Epilogue(32, uo=uo, po=po))                   # no norm weights
+    assert not be.wg_ready([p], 40, Epilogue(32, uo=uo, po=po, g=g, inv=rows))    # a residual form is not scaled
+    out = Epilogue(32, to=[torch.zeros(512 * 64, dtype=torch.float16)], tnr=64)
+    assert out.to_ok(512, 64) and out.to_ok(512, 33) and not out.to_ok(512, 65) and not out.to_ok(768, 64)
+    assert not Epilogue(32, to=out.to, tnr=32).to_ok(512, 32)                     # [512 x 32] expected
+    assert not Epilogue(32, to=[torch.zeros(512 * 64)], tnr=64).to_ok(512, 64)    # 16-bit only
+    assert not Epilogue(32, to=[torch.zeros(512 * 48, dtype=torch.float16)], tnr=48).to_ok(512, 40)
+
+
 def test_hopper_settings_and_shared_memory(monkeypatch):
     """PTI_WG_NARROW ("auto" unless "0", "w" or "1"; a clear error otherwise), and wg_smem: the cluster forms park
     the sums of their 8 / C slices where the one-CTA form keeps one running sum, all within two CTAs a SM."""

@@ -256,7 +256,13 @@ class Epilogue:
             return bool(self.uo and self.po and self.g) and not (self.pin or self.inv or self.sum_inv)
         if self.sum_inv or self.ti:
             return bool(self.pin and self.inv)
-        return self.inv_only() or not (self.pin or self.to)
+        return self.inv_only()
+
+    def to_ok(self, width: int, rows: int) -> bool:
+        """Whether `to` can take `rows` rows of `width` columns: 32 or 64 tile rows (tnr), at least `rows`,
+        whole 256-column blocks (pti_wg_tile_at), one contiguous 16-bit [width * tnr] tensor a twin."""
+        return (self.tnr in (32, 64) and rows <= self.tnr and width % 256 == 0
+                and all(t.dtype.itemsize == 2 and t.is_contiguous() and t.numel() == width * self.tnr for t in self.to))
 
     def inv_form(self) -> bool:
         """Whether the launch takes the kernels' inv CTAs' form ("_i1": inv slots to fill or set pending)."""
@@ -523,11 +529,9 @@ class KernelBackend(Backend):
                 raise PtiError(f"{name}: the inv CTAs' form and the kernel do not match")
             if epi is not None and epi.po and "_f32_" not in name:   # the kernels add only float32 rows
                 raise PtiError(f"{name}: a residual epilogue needs float32 outputs")
-            if epi is not None and epi.to:   # u in the Hopper kernels' tiles (pti_wg_tile_at)
-                if not epi.po or p0.rows % 256 or epi.tnr not in (32, 64) or max(ms) > epi.tnr or any(
-                        t.dtype.itemsize != 2 or not t.is_contiguous() or t.numel() < p0.rows * epi.tnr for t in epi.to):
-                    raise PtiError(f"{name}: tiles of u need a residual epilogue, 256-column blocks and "
-                                   f"[{p0.rows // 32 * epi.tnr * 32}] 16-bit tensors of 32 or 64 rows")
+            if epi is not None and epi.to and not (epi.po and epi.to_ok(p0.rows, max(ms))):   # u in the tiles too
+                raise PtiError(f"{name}: tiles of u need a residual epilogue, 256-column blocks and "
+                               f"[{p0.rows} x 32 or 64] 16-bit tensors")
         elif epi is not None:
             raise PtiError(f"{name} has no norm epilogue")
         return g // rg + extra, vals, types
@@ -773,12 +777,10 @@ class CudaBackend(KernelBackend):
                     t.dtype != torch.float32 or t.shape != (rows,) or not t.is_contiguous() for t in epi.g):
                 raise PtiError("the Hopper kernels' residual form needs float32 rows, whole 128-row units and "
                                "float32 norm weights of one value a column")
-        if epi.to:
-            width = rows // 2 if glu else rows
-            if not (epi.po or glu) or width % 256 or epi.tnr != nr or any(
-                    t.dtype.itemsize != 2 or not t.is_contiguous() or t.numel() != width * nr for t in epi.to):
-                raise PtiError(f"the Hopper kernels write tiles of {nr} rows ([{width * nr}] 16-bit tensors) only "
-                               "from silu(gate) * up or the residual form, of 256-column blocks")
+        width = rows // 2 if glu else rows
+        if epi.to and not ((epi.po or glu) and epi.tnr == nr and epi.to_ok(width, nr)):
+            raise PtiError(f"the Hopper kernels write tiles of {nr} rows ([{width * nr}] 16-bit tensors) only "
+                           "from silu(gate) * up or the residual form, of 256-column blocks")
         return two(epi.uo) + two(epi.po) + two(epi.g) + two(epi.invo) + two(epi.to) + (epi.tnr if epi.to else 0,)
 
     def _launch_tiles(self, xs, tiles, nb: int, nr: int, pins: list, invs: list, epi: Epilogue | None, stream) -> None:
