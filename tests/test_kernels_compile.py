@@ -582,3 +582,38 @@ def test_attention_push_setting(monkeypatch):
         monkeypatch.setenv("PTI_ATTN_PUSH", bad)
         with pytest.raises(PtiError, match="PTI_ATTN_PUSH"):
             attn_push()
+
+
+def test_tile_outputs_are_checked_before_a_launch():
+    """A launch that also writes the next Hopper matmul's tiles (Epilogue.to) is refused, with PtiError, unless
+    they fit: the policy's residual launch (launch_args) and the Hopper kernels' residual form and gate/up
+    (CudaBackend._wg_outs, whose argument tuple ends with the tiles' pointers and tile rows).  CPU tensors:
+    only shapes and pointers are read."""
+    from pti_cli.backends.cuda import CudaBackend, Epilogue
+    from pti_cli.backends.repack import Packed
+    from pti_cli.errors import PtiError
+    be = object.__new__(CudaBackend)
+    n, k, m = 512, 1024, 40
+    p = Packed(torch.zeros(n // 16, k // 32, 32, 16, dtype=torch.int8), torch.zeros(n // 16, k // 32, 8, dtype=torch.int32), n, k)
+    x, y = torch.zeros(m, k, dtype=torch.bfloat16), torch.zeros(m, n)
+    res = dict(uo=[torch.zeros(m, n, dtype=torch.bfloat16)], po=[torch.zeros(m, n // 16)], g=[torch.ones(n)],
+               invo=[torch.zeros(m)])
+    good = [torch.zeros(n * 64, dtype=torch.bfloat16)]
+    name = "pti_mm_bf16_f32_t1_r1_m8_u1_i1"
+    _, vals, types = be.launch_args(name, [p], [x], [y], Epilogue(n // 16, **res, to=good, tnr=64))
+    assert vals[-3:] == (good[0].data_ptr(), 0, 64) and len(vals) == len(types)   # (no twin B: null)
+    for bad in (Epilogue(n // 16, **res, to=good, tnr=32),                                 # its size is 64 rows'
+                Epilogue(n // 16, **res, to=[torch.zeros(n * 64)], tnr=64),                # not 16-bit
+                Epilogue(n // 16, to=good, tnr=64, pin=[torch.zeros(m, k // 16)], inv=[torch.zeros(m)])):   # no residual
+        with pytest.raises(PtiError, match="tiles"):
+            be.launch_args(name if bad.po else "pti_mm_bf16_out_t1_r1_m8_u1_i1", [p], [x], [y], bad)
+    outs = CudaBackend._wg_outs(Epilogue(n // 16, **res, to=good, tnr=64), [0], n, False, [y], 64)
+    assert len(outs) == 11 and outs[-3:] == (good[0].data_ptr(), good[0].data_ptr(), 64)
+    glu_tiles = [torch.zeros(n // 2 * 32, dtype=torch.float16)]   # silu(gate) * up: n / 2 columns
+    assert CudaBackend._wg_outs(Epilogue(k // 16, inv=[torch.ones(m)], to=glu_tiles, tnr=32), [0], n, True,
+                                [torch.zeros(m, n // 2, dtype=torch.float16)], 32)[-1] == 32
+    for epi, glu, nr in ((Epilogue(n // 16, **res, to=good, tnr=64), False, 32),          # the kernel's rows differ
+                         (Epilogue(k // 16, inv=[torch.ones(m)], to=good, tnr=64), False, 64),   # plain outputs
+                         (Epilogue(k // 16, inv=[torch.ones(m)], to=glu_tiles, tnr=32), True, 64)):
+        with pytest.raises(PtiError, match="tiles"):
+            CudaBackend._wg_outs(epi, [0], n, glu, [y], nr)
