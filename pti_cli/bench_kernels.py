@@ -7,7 +7,9 @@ activations read and the outputs written.  Each matrix exists in enough random
 copies that the copies together exceed 256 MB (over twice the H200's 60 MB L2),
 and the timed CUDA graph cycles through them, so the numbers are DRAM's, not
 the cache's.  Times are per call: a graph of R launches, replayed, median of
-replays, divided by R.
+replays, divided by R.  Where the Hopper kernels take a shape (17-64 rows), a second row ("given") times the
+form the model runs: the matmul on activations the launch before already wrote in its tile layout, without
+the pti_wg_tiles launch that the plain call makes first.
 """
 
 from __future__ import annotations
@@ -90,6 +92,16 @@ def random_packs(backend, n: int, k: int, copies: int):
     return out
 
 
+def tiles_given(backend, packs, m: int):
+    """An epilogue handing the Hopper matmul its activations already in its tile layout (Epilogue.ti), as the
+    model's launch before it writes them; random values (the time does not depend on them)."""
+    from .backends.cuda import Epilogue
+    ring = packs[0].ring
+    nr = backend.wg_kernel(m, backend.act_dtype, code=ring.code, rows=ring.rows)[1]
+    per = ring.q.shape[1] * nr * 32
+    return Epilogue(0, ti=[torch.randn(per, device=backend.device).to(backend.act_dtype) for _ in packs])
+
+
 def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: str | None = None) -> list[Row]:
     twins = 2 if kind == "ssq16" else 1
     from .backends.cuda import TWIN_KERNEL_MAX_ROWS
@@ -130,6 +142,16 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
         t1 = t if m == ms[0] else t1
         label = ("wg_" if wg else "") + name.split("_", 4)[4] + (" x2" if split else "")   # wg_m4: pti_wg_bf16_out_m4
         rows.append(Row(kind, n, k, m, label, t * 1e6, nbytes / t / 1e9, 100 * nbytes / t / denom, t / t1))
+        if wg:   # the form the model runs: the launch before wrote the tiles (Epilogue.to), so no pti_wg_tiles
+            given = tiles_given(backend, sets[0], m)
+
+            def given_calls():
+                for i in range(reps):
+                    backend.launch_wg(sets[i % copies], xs, ys, False, given)
+
+            t = time_graph(given_calls) / reps
+            rows.append(Row(kind, n, k, m, label + " given", t * 1e6, nbytes / t / 1e9, 100 * nbytes / t / denom,
+                            t / t1))
     del sets, packs
     torch.cuda.empty_cache()
     return rows

@@ -448,7 +448,8 @@ def test_hopper_narrow_class_only_on_a_long_k():
 def test_hopper_session30_forms(monkeypatch):
     """Session 30's forms (kernels/pti_kernel.hip pti_wg_mm): two twins from WG_TWIN_MIN_ROWS rows a twin, one
     from WG_MIN_ROWS; the scaled matmul on tiles given (pin and inv: its inv CTAs); the residual form (uo, po, g,
-    with or without invo and tiles given, never scaled; PTI_WG_RESIDUAL=0: the policy's); and Epilogue.to_ok,
+    with or without invo and tiles given, never scaled; PTI_WG_RESIDUAL=0: the policy's); the plain matmul on tiles
+    given (`pti bench --kernels`' "given" rows); and Epilogue.to_ok,
     the tiles a launch writes for the next matrix."""
     from pti_cli.backends.cuda import WG_MIN_ROWS, WG_TWIN_MIN_ROWS, CudaBackend, Epilogue
     from pti_cli.backends.repack import Packed
@@ -468,6 +469,7 @@ def test_hopper_session30_forms(monkeypatch):
     pin, uo, po, g = [torch.ones(40, 64)], [torch.ones(40, 512, dtype=torch.bfloat16)], [torch.ones(40, 32)], [torch.ones(512)]
     assert be.wg_ready([p], 40, Epilogue(64, pin=pin, inv=rows, ti=tiles))
     assert not be.wg_ready([p], 40, Epilogue(64, pin=pin, ti=tiles))              # the inv slots are needed
+    assert be.wg_ready([p], 40, Epilogue(0, ti=tiles))                           # plain, on tiles given (bench)
     for epi in (Epilogue(32, uo=uo, po=po, g=g), Epilogue(32, uo=uo, po=po, g=g, invo=rows, ti=tiles)):
         assert be.wg_ready([p], 40, epi)
         monkeypatch.setenv("PTI_WG_RESIDUAL", "0")

@@ -22,6 +22,8 @@
 #     synth-twin-min   sequences 16,24,32 of twins ab with PTI_WG_TWIN_MIN_ROWS from TWIN_MINS (default "17 9 17 9")
 #     synth-env    the same (sequences 32,64, twins a and ab) under each NAME=VALUE[,NAME=VALUE] of SYNTH_ENVS, in
 #              order (session 30: SYNTH_ENVS="PTI_WG_TILES=0,PTI_WG_RESIDUAL=0 PTI_WG_TILES=1 ...")
+#     kernels      pti bench --kernels (issue 4's table, with session 31's "given" rows); kernels16: --kernel-act f16
+#     waves        64 rows of the cluster forms at 30, 32 and 60 units (session 31: one wave of clusters or two)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -114,6 +116,22 @@ gap)
   PTI_WG_NARROW=1 timeout 200 python3 scripts/wg_gap.py >> "$LOG" 2>&1
   timeout 200 python3 scripts/wgmma_probe.py --shapes 6144x4096,4096x4096,4096x14336 \
       --variants m4_w2_b4_r3_o2_c4_x1,m4_w2_b2_r4_o2_c8_x1,m8_w2_b2_r4_o2_c8_x1,m4_w2_b2_r4_o3_c8_x1 2>&1 | tail -40 >> "$LOG" ;;
+kernels|kernels16)
+  act=bf16; [ "$s" = kernels16 ] && act=f16
+  step "pti bench --kernels --kernel-act $act (issue 4's table; the Hopper rows also as \"given\")"
+  timeout 240 python3 -m pti_cli.cli bench --kernels --kernel-act $act --json "$OUT/kernels_$act.json" 2>&1 \
+      | grep -v "^[┏┡└]" | tail -80 >> "$LOG" ;;
+waves)
+  step "cluster waves: 64 rows of the cluster forms at 30 and 32 units of 128 rows, and at 60 (PTI_WG_NARROW=1)"
+  PTI_WG_NARROW=1 timeout 200 python3 - "$OUT/waves.json" >> "$LOG" 2>&1 <<'PY'
+import json, sys
+from pti_cli.bench_kernels import bench_kernels, print_table
+res = bench_kernels(shapes=((3840, 4096), (4096, 4096), (7680, 4096), (3840, 14336), (4096, 14336)), ms=(1, 32, 64),
+                    kinds=("q8",))
+print_table(res)
+open(sys.argv[1], "w").write(json.dumps(res, indent=1))
+PY
+  ;;
 save)
   step kcache_save; kcache_save ;;
 esac; done

@@ -251,11 +251,14 @@ class Epilogue:
 
     def wg_ok(self) -> bool:
         """Whether the Hopper kernels take it: each row scaled by its inv, given or summed (sum_inv, or the
-        inv CTAs' form with the tiles given), or the residual form (uo, po and g; launch_wg checks the rest)."""
+        inv CTAs' form with the tiles given), the plain matmul on tiles given (`pti bench --kernels`), or the
+        residual form (uo, po and g; launch_wg checks the rest)."""
         if self.uo or self.po or self.invo:
             return bool(self.uo and self.po and self.g) and not (self.pin or self.inv or self.sum_inv)
-        if self.sum_inv or self.ti:
+        if self.sum_inv:
             return bool(self.pin and self.inv)
+        if self.ti:
+            return bool(self.pin and self.inv) or not (self.pin or self.inv)
         return self.inv_only()
 
     def to_ok(self, width: int, rows: int) -> bool:

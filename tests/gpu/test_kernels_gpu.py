@@ -361,9 +361,11 @@ def wg_calls(wg_backend, monkeypatch):
 @pytest.mark.parametrize("twins", [1, 2])
 @pytest.mark.parametrize("k", [1024, 2048])
 def test_hopper_kernels_give_the_policy_bits(policy_backend, wg_backend, wg_calls, twins, k):
-    """Each output against a backend of the policy kernels only, bit for bit."""
+    """Each output against a backend of the policy kernels only, bit for bit; also the plain matmul on
+    activations given in the tile layout (Epilogue.ti alone, the form `pti bench --kernels` times as "given")."""
     if not hopper(wg_backend):
         return
+    from pti_cli.backends.cuda import Epilogue
     backend = policy_backend
     assert not backend.wgmma
     n = tall(wg_backend)
@@ -382,13 +384,17 @@ def test_hopper_kernels_give_the_policy_bits(policy_backend, wg_backend, wg_call
                 else:
                     be.matmul_twins(xs[0], xs[1], w, outs=tuple(ys))
                 sink.extend(ys)
-            for y, z, x, (q, d) in zip(got, want, xs, mats):
-                assert torch.equal(y.view(torch.int16 if out_dtype == torch.bfloat16 else torch.int32),
-                                   z.view(torch.int16 if out_dtype == torch.bfloat16 else torch.int32)), (m, out_dtype)
+            nr = wg_backend.wg_kernel(m, out_dtype)[1]
+            given = [poisoned(x.shape[0], n, out_dtype) for x in xs]
+            wg_backend.launch_wg(ring.packs, xs, given, False, Epilogue(0, ti=[tile_layout(x, nr) for x in xs]))
+            for y, z, g, x, (q, d) in zip(got, want, given, xs, mats):
+                for a in (y, g):
+                    assert torch.equal(a.view(torch.int16 if out_dtype == torch.bfloat16 else torch.int32),
+                                       z.view(torch.int16 if out_dtype == torch.bfloat16 else torch.int32)), (m, out_dtype)
                 if out_dtype == torch.float32:
                     check_close(y, x, q, d, k)
-    # one launch a call, both twins in it
-    assert wg_calls == [wg_backend.wg_kernel(m, o)[0] for m in ms for o in (torch.float32, torch.bfloat16)]
+    # one launch a call, both twins in it (and one for the tiles given)
+    assert wg_calls == [wg_backend.wg_kernel(m, o)[0] for m in ms for o in (torch.float32, torch.bfloat16) for _ in (0, 1)]
 
 
 @pytest.mark.parametrize("twins", [1, 2])
