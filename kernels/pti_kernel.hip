@@ -1000,17 +1000,27 @@ struct PtiWgArgs {
     float* invo[2];
     unsigned short* to[2];
     int tnr;
+    // G (the fixup form): each CTA's slice sums, [unit][slice][element][thread] a twin, and each unit's
+    // count of CTAs done (zero between launches: the unit's last CTA sets it back).
+    float* fixp[2];
+    unsigned* fixc[2];
 };
 // C > 1 (the cluster form, for matrices too narrow to fill the card with one CTA a unit): a cluster of C
 // CTAs takes a unit, rank r the slices r, r + C, ... (SPC = 8 / C of them, each from the same ring layout),
 // parking each slice's sums in its shared memory; after a cluster barrier rank r adds the 8 slices' sums
 // of its share of every thread's elements in slice order (v = p0; v += p1; ...: the C = 1 running sum's
 // order) over distributed shared memory, and writes them (scripts/wgmma_probe.cu's pti_wg_cluster_out).
-template <int TIN, int TOUT, int MT, int PB, int S, int C = 1>
+// G (the fixup form, C = 8 CTAs a unit that are not a cluster): each CTA parks its slice's sums in global
+// memory (a.fixp) and counts itself done (a.fixc); the unit's last CTA adds the 8 slices in slice order and
+// writes the whole unit, as C = 1 does.  Why: a cluster of 8 must sit in one GPC, so the H200 holds 30 of
+// them at two CTAs a SM (240 of 264 CTA slots), and a matrix of 32 units (4096 rows) ran in two waves;
+// without clusters its 256 CTAs are one wave (docs/perf.md, session 31).
+template <int TIN, int TOUT, int MT, int PB, int S, int C = 1, bool G = false>
 __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     constexpr int NR = 8 * MT, ND = NR / 2, T = 256, R = 8, SPC = 8 / C;
     constexpr int PHASE = PB * NR * 64, WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB), SLOT = WSTAGE + PHASE;
     static_assert(C == 1 || C == 2 || C == 4 || C == 8, "a cluster takes the 8 slices in equal shares");
+    static_assert(!G || C == 8, "the fixup form: one slice a CTA");
     extern __shared__ __align__(128) unsigned char pti_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, twin = blockIdx.y;
     // (selects, not a.q[twin]: an indexed parameter array is copied to local memory)
@@ -1122,6 +1132,24 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         float* invo = twin ? a.invo[1] : a.invo[0];
         if (invo != nullptr && tid < M) invo[tid] = __uint_as_float(PTI_INV_PENDING);
     }
+    // G: this slice's sums out, then only the unit's last CTA goes on (the threadFenceReduction pattern:
+    // every thread's stores fenced before one thread counts the CTA done)
+    const float* fixu = G ? (twin ? a.fixp[1] : a.fixp[0]) + (pti_u64)unit * 8 * ND * T : nullptr;
+    if (G) {
+        __shared__ int last;
+#pragma unroll
+        for (int i = 0; i < ND; ++i) __stcg((float*)fixu + ((pti_u64)rank * ND + i) * T + tid, acc[i]);
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            unsigned* cnt = (twin ? a.fixc[1] : a.fixc[0]) + unit;
+            last = atomicAdd(cnt, 1u) == 7u;
+            if (last) *cnt = 0u;   // every CTA of the unit has counted: ready for the next launch
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+    }
     if (pin) {   // the inv CTAs' slots into shared memory (the ring's, free now), or every row summed here
         float* inv_s = (float*)(pti_smem + 128);
         bool pending = false;
@@ -1148,6 +1176,14 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     auto sum = [&](int e) -> float {
         if (C == 1) return run[e * T + tid];
         float v = 0.f;
+        if (G) {   // the 8 slices from global memory, this CTA's own from its shared memory (the same values)
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                const float pv = r == rank ? run[e * T + tid] : __ldcg(fixu + ((pti_u64)r * ND + e) * T + tid);
+                v = r == 0 ? pv : __fadd_rn(v, pv);
+            }
+            return v;
+        }
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
             unsigned ra;
@@ -1198,7 +1234,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         if (TOUT != 0 || !po) return;
         __syncwarp();
         for (int m = lane; m < M; m += 32) {
-            if (C > 1 && ((m >> 3) * 2 + (m & 1)) / (ND / 2 / C) != rank) continue;
+            if (C > 1 && !G && ((m >> 3) * 2 + (m & 1)) / (ND / 2 / C) != rank) continue;
             const float* e = res_s + m * 16;
             float p = 0.f;
 #pragma unroll
@@ -1206,7 +1242,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             po[(pti_u64)m * (a.N >> 4) + rg] = p;
         }
     };
-    if (C == 1) {
+    if (C == 1 || G) {
 #pragma unroll
         for (int i = 0; i < ND; ++i) out(i);
         partials();
@@ -1267,29 +1303,32 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
 // pti_wg_{bf16,f16}_{f32,out,glu}_m{MT}[_c{C}]: bf16 or f16 (h16) inputs, MT tiles of 8 rows (17-32 rows:
 // m4, 33-64: m8), PB and S as measured best in scripts/wgmma_probe.py (docs/perf.md, sessions 26-27: on
 // 28672x4096 m4_w2_b4_r3_o2_c1_x1 and m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices:
-// m4_w2_b4_r3_o2_c4_x1, m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.
-#define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C)                                                           \
+// m4_w2_b4_r3_o2_c4_x1, m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in
+// the fixup form (G) instead of a cluster.
+#define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G)                                                        \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
         void* ya, void* yb, const float* ia, const float* ib, int Ma, int Mb, int N, int nb, int ldy,    \
         int h16, const float* pa, const float* pb, int ng, float eps, int n_inv, unsigned short* uoa,    \
         unsigned short* uob, float* poa, float* pob, const float* ga, const float* gb, float* ioa,       \
-        float* iob, unsigned short* toa, unsigned short* tob, int tnr) {                                 \
+        float* iob, unsigned short* toa, unsigned short* tob, int tnr, float* fpa, float* fpb,           \
+        unsigned* fca, unsigned* fcb) {                                                                  \
         const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {ia, ib}, {Ma, Mb}, N, nb, ldy, h16, \
                              {pa, pb}, ng, eps, n_inv, {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob},     \
-                             {toa, tob}, tnr};                                                           \
-        pti_wg_mm<TIN, TOUT, MT, PB, S, C>(a);                                                          \
+                             {toa, tob}, tnr, {fpa, fpb}, {fca, fcb}};                                   \
+        pti_wg_mm<TIN, TOUT, MT, PB, S, C, G>(a);                                                       \
     }
-#define PTI_WG_OUTS(TY, TIN, SUFFIX, MT, PB, S, C)                       \
-    PTI_WG(pti_wg_##TY##_f32_##SUFFIX, TIN, 0, MT, PB, S, C)             \
-    PTI_WG(pti_wg_##TY##_out_##SUFFIX, TIN, 1, MT, PB, S, C)             \
-    PTI_WG(pti_wg_##TY##_glu_##SUFFIX, TIN, 2, MT, PB, S, C)
+#define PTI_WG_OUTS(TY, TIN, SUFFIX, MT, PB, S, C, G)                    \
+    PTI_WG(pti_wg_##TY##_f32_##SUFFIX, TIN, 0, MT, PB, S, C, G)          \
+    PTI_WG(pti_wg_##TY##_out_##SUFFIX, TIN, 1, MT, PB, S, C, G)          \
+    PTI_WG(pti_wg_##TY##_glu_##SUFFIX, TIN, 2, MT, PB, S, C, G)
 #define PTI_WG_ALL(TY, TIN)                          \
-    PTI_WG_OUTS(TY, TIN, m4, 4, 4, 3, 1)             \
-    PTI_WG_OUTS(TY, TIN, m8, 8, 2, 4, 1)             \
-    PTI_WG_OUTS(TY, TIN, m4_c4, 4, 4, 3, 4)          \
-    PTI_WG_OUTS(TY, TIN, m4_c8, 4, 2, 4, 8)          \
-    PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8)
+    PTI_WG_OUTS(TY, TIN, m4, 4, 4, 3, 1, 0)          \
+    PTI_WG_OUTS(TY, TIN, m8, 8, 2, 4, 1, 0)          \
+    PTI_WG_OUTS(TY, TIN, m4_c4, 4, 4, 3, 4, 0)       \
+    PTI_WG_OUTS(TY, TIN, m4_c8, 4, 2, 4, 8, 0)       \
+    PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8, 0)       \
+    PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1)
 PTI_WG_ALL(bf16, 0)
 PTI_WG_ALL(f16, 1)
 

@@ -68,7 +68,7 @@ def main() -> int:
         for m in (32, 64):
             x = [torch.randn(m, k, device=be.device).to(be.act_dtype)]
             y = [torch.empty(m, n, device=be.device, dtype=be.act_dtype)]
-            name, nr, c = be.wg_kernel(m, y[0].dtype, code=one.ring.code, rows=n)
+            name, nr, c, fix = be.wg_kernel(m, y[0].dtype, code=one.ring.code, rows=n)
             wg = lambda: [be.launch_wg([packs[i % copies]], x, y) for i in range(reps)]  # noqa: E731
             t = {"call": time_graph(wg) / reps}
             real = cuda.launch_kernel
@@ -94,7 +94,7 @@ def main() -> int:
             print(f"{shape:>11} {m:>3} {name.removeprefix('pti_wg_'):>18} "
                   + " ".join(f"{t[key] * 1e6:{w}.1f}" for key, w in (("call", 7), ("matmul", 7), ("tiles", 6),
                                                                      ("policy", 7), ("sum_inv", 7), ("given", 7)))
-                  + f" {grid // c:>8} {max_clusters(be, name, grid, c) if c > 1 else '-':>8}")
+                  + f" {grid // c:>8} {max_clusters(be, name, grid, c) if c > 1 and not fix else '-':>8}")
         del packs
         torch.cuda.empty_cache()
     return 0

@@ -352,21 +352,22 @@ def test_hopper_kernel_names_match_the_kernel_source():
     slots and cluster size of its WG_VARIANTS entry, and the input and output types its name says."""
     import re
     from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import WG_OUTS, WG_VARIANTS, wg_name
+    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_VARIANTS, wg_name
     src = kernel_source()
     guard = src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
     assert "pti_wg_mm<" not in src[:guard]
     guarded = src[guard:]
     assert re.findall(r"^PTI_WG_ALL\((\w+), (\d)\)", guarded, re.M) == [("bf16", "0"), ("f16", "1")]
-    outs = re.findall(r"PTI_WG\(pti_wg_##TY##_(\w+)_##SUFFIX, TIN, (\d), MT, PB, S, C\)", guarded)
+    outs = re.findall(r"PTI_WG\(pti_wg_##TY##_(\w+)_##SUFFIX, TIN, (\d), MT, PB, S, C, G\)", guarded)
     assert outs == [(o, str(i)) for i, o in enumerate(WG_OUTS)] and wg_name("h16", "glu", "m4") == "pti_wg_f16_glu_m4"
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_WG_OUTS\(TY, TIN, (\w+), ([\d, ]+)\)", guarded)}
-    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs}
+    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX,)}
     assert inst == entries
     for cls, vs in WG_VARIANTS.items():
         assert [v[0] for v in vs] == [32, 64] and all(8 % v[5] == 0 for v in vs), cls
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
+    assert WG_FIX[5:] == (8, 1) and WG_FIX[2:5] == dict((v[1], v[2:5]) for v in WG_VARIANTS["n"])["m8_c8"]
 
 
 def test_launch_config_sets_grid_pdl_and_cluster():
@@ -502,7 +503,7 @@ def test_hopper_settings_and_shared_memory(monkeypatch):
     assert wg_smem(4, 4, 3, 4) - wg_smem(4, 4, 3) == 16 * 256 * 4   # two slices parked instead of one sum
     assert wg_smem(8, 2, 4, 8) == wg_smem(8, 2, 4)                   # one slice parked
     for vs in WG_VARIANTS.values():
-        for _, _, mt, pb, slots, c in vs:
+        for _, _, mt, pb, slots, c, _ in vs:
             assert 2 * (wg_smem(mt, pb, slots, c) + 1024) <= 228 * 1024   # the H200's SM, 1 KB reserved a CTA
 
 
@@ -619,3 +620,31 @@ def test_tile_outputs_are_checked_before_a_launch():
                          (Epilogue(k // 16, inv=[torch.ones(m)], to=glu_tiles, tnr=32), True, 64)):
         with pytest.raises(PtiError, match="tiles"):
             CudaBackend._wg_outs(epi, [0], n, glu, [y], nr)
+
+
+def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
+    """PTI_WG_FIX=1 gives 33-64 rows of the narrower classes to the fixup form (WG_FIX: m8_c8's loop, no
+    cluster), the tall class keeps its own; a clear error for anything but 0 or 1.  _wg_fixup: no arguments
+    without it; with it, room for every CTA's slice sums and a zero count a unit, twin B's past twin A's,
+    kept per shape (a captured graph holds the addresses)."""
+    from pti_cli.backends.cuda import THREADS, WG_FIX, WG_VARIANTS, CudaBackend, wg_variants
+    from pti_cli.errors import PtiError
+    monkeypatch.delenv("PTI_WG_FIX", raising=False)
+    assert wg_variants() == WG_VARIANTS
+    monkeypatch.setenv("PTI_WG_FIX", "1")
+    table = wg_variants()
+    assert table["x"] == WG_VARIANTS["x"]
+    for cls in ("w", "n"):
+        assert table[cls][0] == WG_VARIANTS[cls][0] and table[cls][1] == WG_FIX
+    monkeypatch.setenv("PTI_WG_FIX", "yes")
+    with pytest.raises(PtiError, match="PTI_WG_FIX"):
+        wg_variants()
+    be = object.__new__(CudaBackend)
+    be.device, be._fix = torch.device("cpu"), {}
+    assert be._wg_fixup(32, 64, 2, 0) == (0,) * 4 and not be._fix
+    fpa, fpb, fca, fcb = be._wg_fixup(32, 64, 2, 1)
+    fp, fc = be._fix[(32, 64)]
+    per = 32 * 8 * 32 * THREADS
+    assert fp.numel() == 2 * per and fp.dtype == torch.float32 and (fpa, fpb) == (fp.data_ptr(), fp.data_ptr() + 4 * per)
+    assert fc.numel() == 64 and not fc.any() and (fca, fcb) == (fc.data_ptr(), fc.data_ptr() + 4 * 32)
+    assert be._wg_fixup(32, 64, 1, 1) == (fpa, fpa, fca, fca) and len(be._fix) == 1   # one twin: A's, reused

@@ -24,6 +24,7 @@
 #              order (session 30: SYNTH_ENVS="PTI_WG_TILES=0,PTI_WG_RESIDUAL=0 PTI_WG_TILES=1 ...")
 #     kernels      pti bench --kernels (issue 4's table, with session 31's "given" rows); kernels16: --kernel-act f16
 #     waves        64 rows of the cluster forms at 30, 32 and 60 units (session 31: one wave of clusters or two)
+#     fixtable     1 and 64 rows of the narrower matrices with PTI_WG_FIX=0 and 1 (the fixup form), PTI_WG_NARROW=1
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -53,7 +54,7 @@ PY
   done ;;
 test)
   step make test-gpu
-  timeout 300 make test-gpu PYTHON=python3 > "$OUT/test.log" 2>&1; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/test.log" | tail -20 >> "$LOG" ;;
+  timeout 420 make test-gpu PYTHON=python3 > "$OUT/test.log" 2>&1; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/test.log" | tail -20 >> "$LOG" ;;
 test-wg)
   step PTI_WGMMA=1 make test-gpu
   PTI_WGMMA=1 timeout 300 make test-gpu PYTHON=python3 > "$OUT/test_wg.log" 2>&1; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/test_wg.log" | tail -20 >> "$LOG" ;;
@@ -132,6 +133,17 @@ print_table(res)
 open(sys.argv[1], "w").write(json.dumps(res, indent=1))
 PY
   ;;
+fixtable)
+  for fx in 0 1; do
+    step "the fixup form: 1 and 64 rows, PTI_WG_NARROW=1 PTI_WG_FIX=$fx"
+    PTI_WG_NARROW=1 PTI_WG_FIX=$fx timeout 150 python3 - "$OUT/fix$fx.json" >> "$LOG" 2>&1 <<'PY'
+import json, sys
+from pti_cli.bench_kernels import bench_kernels, print_table
+res = bench_kernels(shapes=((4096, 4096), (4096, 14336), (6144, 4096), (3840, 4096)), ms=(1, 64))
+print_table(res)
+open(sys.argv[1], "w").write(json.dumps(res, indent=1))
+PY
+  done ;;
 save)
   step kcache_save; kcache_save ;;
 esac; done

@@ -64,13 +64,28 @@ ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # (docs/perf.md, session 27: gate/up x1.30 and x1.84 of one row's time at 32 and 64 rows, the policy's
 # x1.94 and x3.36).  The copy doubles those matrices' memory: it is made only while RING_RESERVE of
 # the card's memory stays free.  By width class, then rows: (max rows, name suffix, tiles of 8 rows, blocks
-# a phase, ring slots, cluster size C), as pti_kernel.hip's PTI_WG_ALL lines; at 16 rows the policy is as
-# fast.  The narrower classes take the cluster forms (C > 1), where they are faster (WG_MIN_K below;
+# a phase, ring slots, CTAs a unit C, fixup form G), as pti_kernel.hip's PTI_WG_ALL lines; at 16 rows the
+# policy is as fast.  The narrower classes take the cluster forms (C > 1), where they are faster (WG_MIN_K below;
 # PTI_WG_NARROW, wg_setting).  Their matmul alone times as scripts/wgmma_probe.py's same forms since
 # session 29; their call pays one launch more (pti_wg_tiles), 2-4 us (docs/perf.md, session 29).
-WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1), (64, "m8", 8, 2, 4, 1)),
-               "w": ((32, "m4_c4", 4, 4, 3, 4), (64, "m8_c8", 8, 2, 4, 8)),
-               "n": ((32, "m4_c8", 4, 2, 4, 8), (64, "m8_c8", 8, 2, 4, 8))}
+WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1, 0), (64, "m8", 8, 2, 4, 1, 0)),
+               "w": ((32, "m4_c4", 4, 4, 3, 4, 0), (64, "m8_c8", 8, 2, 4, 8, 0)),
+               "n": ((32, "m4_c8", 4, 2, 4, 8, 0), (64, "m8_c8", 8, 2, 4, 8, 0))}
+# The fixup form (G = 1): m8_c8's CTAs without a cluster, the unit's last CTA adding the 8 slices' sums from
+# global memory in slice order.  A cluster of 8 must sit in one GPC, so the H200 holds 30 of them at two CTAs
+# a SM, and a 64-row launch of 32 units (4096 rows) ran in two waves (docs/perf.md, session 31).
+# PTI_WG_FIX=1 gives the narrower classes' 64-row entry to it (wg_variants).
+WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
+
+
+def wg_variants() -> dict:
+    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrower classes under PTI_WG_FIX=1."""
+    v = os.environ.get("PTI_WG_FIX", "0")
+    if v not in ("0", "1"):
+        raise PtiError(f"PTI_WG_FIX must be 0 or 1, not {v!r}")
+    if v == "0":
+        return WG_VARIANTS
+    return {cls: vs if cls == "x" else vs[:1] + (WG_FIX,) for cls, vs in WG_VARIANTS.items()}
 WG_MIN_ROWS = 17
 # A launch of two twins takes them from 9 rows a twin (past TWIN_KERNEL_MAX_ROWS, where the policy makes two
 # one-twin launches): +3.6% at 24 and 32 sequences of twins ab (docs/perf.md, session 30, item 3).
@@ -310,6 +325,8 @@ class KernelBackend(Backend):
         self.wg_min_k: dict | None = None   # the fewest K by class (WG_MIN_K, wg_min_k_wanted); None: any
         self._tiles: dict[int, torch.Tensor] = {}   # their activation tiles by blocks a row (launch_wg): kept
                                                      # for good, since captured graphs hold their address
+        self.wg_table = WG_VARIANTS   # their forms (wg_variants: PTI_WG_FIX)
+        self._fix: dict[tuple, tuple] = {}   # the fixup form's sums and counts by (units, rows) (_wg_fixup), as _tiles
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -387,13 +404,14 @@ class KernelBackend(Backend):
         return p
 
     def wg_kernel(self, m: int, out: torch.dtype, glu: bool = False, code: str = "bf16",
-                  rows: int | None = None) -> tuple[str, int, int]:
-        """The Hopper kernel for m rows of a matrix of `rows` rows (WG_VARIANTS by its width class; None: a
+                  rows: int | None = None) -> tuple[str, int, int, int]:
+        """The Hopper kernel for m rows of a matrix of `rows` rows (wg_variants by its width class; None: a
         tall one) and that encoding (repack.CODES: bf16 inputs, or f16 for f16 and h16) writing `out`
-        (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT) and cluster size."""
+        (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT), CTAs a unit and whether
+        they are the fixup form's (1) or a cluster."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
-        _, suffix, mt, _, _, c = next(v for v in WG_VARIANTS[cls] if m <= v[0])
-        return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c
+        _, suffix, mt, _, _, c, fix = next(v for v in self.wg_table[cls] if m <= v[0])
+        return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: each row scaled
@@ -700,9 +718,9 @@ class CudaBackend(KernelBackend):
         first, then (PTI_WG_NARROW) the cluster forms; a class whose kernels do not fit two CTAs a SM (a
         card with less shared memory) is left to the policy kernels."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
-        classes, self.wg_min_k = wg_classes_wanted(), wg_min_k_wanted()
+        classes, self.wg_min_k, self.wg_table = wg_classes_wanted(), wg_min_k_wanted(), wg_variants()
         for cls in classes:
-            for _, suffix, mt, pb, slots, c in WG_VARIANTS[cls]:
+            for _, suffix, mt, pb, slots, c, _ in self.wg_table[cls]:
                 for n in (wg_name(t, o, suffix) for t in ("bf16", "f16") for o in WG_OUTS):
                     if n in self.wg_funcs:   # (a form two classes share)
                         continue
@@ -730,7 +748,7 @@ class CudaBackend(KernelBackend):
         packs, xs, ys = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live]
         invs, pins, tis = [invs[i] for i in live], [pins[i] for i in live], [tis[i] for i in live]
         rp = [p.ring for p in packs]
-        name, nr, c = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code, rp[0].rows)
+        name, nr, c, fix = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code, rp[0].rows)
         g, nb = rp[0].q.shape[:2]
         if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 2 or x.data_ptr() % 4 for x in xs):
             xs = [x.contiguous() for x in xs]   # pti_wg_tiles: one row stride, 4-byte words
@@ -756,14 +774,29 @@ class CudaBackend(KernelBackend):
             two([y.data_ptr() for y in ys])
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
         h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16")   # as Epilogue.args
-        outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, nr)
+        outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, nr) + self._wg_fixup(g // RING_GROUPS, nr, len(xs), fix)
         launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS * c + n_inv, len(xs)), (THREADS,), self.smem[name],
                       stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16,
                                 pa, pb, epi.ng if pa else 0, float(epi.eps) if pa else 0.0, n_inv) + outs,
                                (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
-                               + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)),
-                      self.pdl, f"launch {name}", cluster=c if c > 1 else 0)
+                               + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)
+                               + (ctypes.c_void_p,) * 4),
+                      self.pdl, f"launch {name}", cluster=c if c > 1 and not fix else 0)
         return name
+
+    def _wg_fixup(self, units: int, nr: int, twins: int, fix: int) -> tuple:
+        """The fixup form's arguments (PtiWgArgs.fixp, fixc, per twin): room for each CTA's slice sums
+        ([unit][8 slices][nr / 2 elements][THREADS]) and each unit's count, zero (the kernel sets it back after
+        each launch).  Kept per shape, for every later launch and graph; launches of one backend are ordered
+        on its stream, so they can share them."""
+        if not fix:
+            return (0,) * 4
+        per = units * 8 * (nr // 2) * THREADS
+        if (units, nr) not in self._fix:
+            self._fix[(units, nr)] = (torch.empty(2 * per, dtype=torch.float32, device=self.device),
+                                      torch.zeros(2 * units, dtype=torch.int32, device=self.device))
+        fp, fc = self._fix[(units, nr)]
+        return (fp.data_ptr(), fp.data_ptr() + 4 * per * (twins - 1), fc.data_ptr(), fc.data_ptr() + 4 * units * (twins - 1))
 
     @staticmethod
     def _wg_outs(epi: Epilogue | None, live: list[int], rows: int, glu: bool, ys: list[torch.Tensor], nr: int) -> tuple:

@@ -331,6 +331,18 @@ def wg_narrow_backend():
     return backend_with_wgmma("1", "1")
 
 
+@pytest.fixture(scope="module")
+def wg_fix_backend():
+    """The same with the fixup form for 33-64 rows of the narrower matrices (PTI_WG_FIX=1)."""
+    return backend_with_wgmma("1", "1", "1")
+
+
+@pytest.fixture(params=["cluster", "fixup"])
+def narrow_backend(request, wg_narrow_backend, wg_fix_backend):
+    """The narrower matrices' Hopper forms: the clusters', and the fixup form at 33-64 rows."""
+    return wg_narrow_backend if request.param == "cluster" else wg_fix_backend
+
+
 def hopper(backend) -> bool:
     """Whether this card runs the Hopper kernels, which the backend must load on sm_90."""
     on_sm90 = torch.cuda.get_device_capability(backend.device) == (9, 0)
@@ -448,13 +460,13 @@ def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_ba
 
 @pytest.mark.parametrize("twins", [1, 2])
 @pytest.mark.parametrize("h16", [False, True])
-def test_hopper_residual_form_gives_the_policy_bits(policy_backend, wg_narrow_backend, monkeypatch, twins, h16):
+def test_hopper_residual_form_gives_the_policy_bits(policy_backend, narrow_backend, monkeypatch, twins, h16):
     """The Hopper kernels' residual form (Epilogue with uo, po, g: x += bf16(x W^T), u = bf16(x g), the partial
     sums of x^2; an h16 matrix: f16 inputs, u as h16) on a narrow matrix (clusters of 8), a wide one (of 4) and a
     tall one (one CTA a unit): the policy kernels' bits in x, u and the partial sums, the inv slots set pending,
     u also in the tile layout (Epilogue.to) where asked, and the inputs from tiles given (Epilogue.ti, the layout
-    a gate/up writes) as from the pti_wg_tiles launch."""
-    be = wg_narrow_backend
+    a gate/up writes) as from the pti_wg_tiles launch.  Both forms of the narrower matrices (narrow_backend)."""
+    be = narrow_backend
     if not hopper(be):
         return
     from pti_cli.backends.cuda import Epilogue
@@ -540,11 +552,13 @@ def test_residual_matrices_get_ring_copies(wg_narrow_backend):
 
 @pytest.mark.parametrize("twins", [1, 2])
 @pytest.mark.parametrize("n,k", [(4096, 2048), (6144, 1024), (4096, 4096)])
-def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, wg_narrow_backend, monkeypatch, n, k, twins):
+def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backend, monkeypatch, n, k, twins):
     """The cluster forms (PTI_WG_NARROW=1: a unit's slices over a cluster of CTAs, summed in slice order over
     distributed shared memory) on matrices of the narrower width classes: bit for bit the policy kernels'
-    outputs, plain, silu(gate) * up, and scaled by each row's inv; one launch of a cluster form a call."""
-    be = wg_narrow_backend
+    outputs, plain, silu(gate) * up, and scaled by each row's inv; one launch of a cluster form a call.  With
+    PTI_WG_FIX=1, 33-64 rows take the fixup form (the 8 slices through global memory, the unit's last CTA
+    adding them), launch after launch on the same counts (each launch must leave them zero)."""
+    be = narrow_backend
     if not hopper(be):
         return
     from pti_cli.backends.cuda import Epilogue, width_class
@@ -581,7 +595,9 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, wg_narrow_bac
                 if not glu and not scaled:
                     for y, x, (q, d) in zip(got, xs, pairs):
                         check_close(y, x, q, d, k)
-    assert len(calls) == launches and all("_c" in c for c in calls), calls
+    fix = be.wg_table["n"][1][6]   # the 64-row entry's fixup flag
+    assert len(calls) == launches and all(c.endswith("_g8") if fix and "_m8_" in c else "_c" in c for c in calls), calls
+    assert any(c.endswith("_g8") for c in calls) == bool(fix)
 
 
 def test_hopper_kernels_integer_cases_exact(wg_backend, wg_calls):
