@@ -1011,8 +1011,8 @@ struct PtiWgArgs {
 // of its share of every thread's elements in slice order (v = p0; v += p1; ...: the C = 1 running sum's
 // order) over distributed shared memory, and writes them (scripts/wgmma_probe.cu's pti_wg_cluster_out).
 // G (the fixup form, C = 8 CTAs a unit that are not a cluster): each CTA parks its slice's sums in global
-// memory (a.fixp) and counts itself done (a.fixc); the unit's last CTA adds the 8 slices in slice order and
-// writes the whole unit, as C = 1 does.  Why: a cluster of 8 must sit in one GPC, so the H200 holds 30 of
+// memory (a.fixp) and counts itself done (a.fixc); the unit's last CTA adds the 8 slices in slice order into
+// C = 1's running sums and writes the whole unit, as C = 1 does.  Why: a cluster of 8 must sit in one GPC, so the H200 holds 30 of
 // them at two CTAs a SM (240 of 264 CTA slots), and a matrix of 32 units (4096 rows) ran in two waves;
 // without clusters its 256 CTAs are one wave (docs/perf.md, session 31).
 template <int TIN, int TOUT, int MT, int PB, int S, int C = 1, bool G = false>
@@ -1149,6 +1149,23 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         __syncthreads();
         if (!last) return;
         __threadfence();
+        // the 8 slices' sums into the running sums' place (C = 1's), v = p0; v += p1; ...: 8 elements at a
+        // time, their 64 loads issued together (one L2 round trip an element, in turn, cost 12 us a launch)
+#pragma unroll
+        for (int e0 = 0; e0 < ND; e0 += 8) {
+            float p[8][8];
+#pragma unroll
+            for (int r = 0; r < 8; ++r)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) p[r][j] = __ldcg(fixu + ((pti_u64)r * ND + e0 + j) * T + tid);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                float v = p[0][j];
+#pragma unroll
+                for (int r = 1; r < 8; ++r) v = __fadd_rn(v, p[r][j]);
+                run[(e0 + j) * T + tid] = v;
+            }
+        }
     }
     if (pin) {   // the inv CTAs' slots into shared memory (the ring's, free now), or every row summed here
         float* inv_s = (float*)(pti_smem + 128);
@@ -1174,16 +1191,8 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // element e's finished sum: this thread's own (C == 1) or the 8 slices' in slice order (C > 1)
     // (plain lambdas: NVRTC 13.0, the H200 image's, refuses a generic one in device code)
     auto sum = [&](int e) -> float {
-        if (C == 1) return run[e * T + tid];
+        if (C == 1 || G) return run[e * T + tid];
         float v = 0.f;
-        if (G) {   // the 8 slices from global memory, this CTA's own from its shared memory (the same values)
-#pragma unroll
-            for (int r = 0; r < 8; ++r) {
-                const float pv = r == rank ? run[e * T + tid] : __ldcg(fixu + ((pti_u64)r * ND + e) * T + tid);
-                v = r == 0 ? pv : __fadd_rn(v, pv);
-            }
-            return v;
-        }
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
             unsigned ra;

@@ -623,8 +623,8 @@ def test_tile_outputs_are_checked_before_a_launch():
 
 
 def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
-    """PTI_WG_FIX=1 gives 33-64 rows of the narrower classes to the fixup form (WG_FIX: m8_c8's loop, no
-    cluster), the tall class keeps its own; a clear error for anything but 0 or 1.  _wg_fixup: no arguments
+    """PTI_WG_FIX=1 gives 33-64 rows of the narrow class to the fixup form (WG_FIX: m8_c8's loop, no
+    cluster), the other classes keep theirs; a clear error for anything but 0 or 1.  _wg_fixup: no arguments
     without it; with it, room for every CTA's slice sums and a zero count a unit, twin B's past twin A's,
     kept per shape (a captured graph holds the addresses)."""
     from pti_cli.backends.cuda import THREADS, WG_FIX, WG_VARIANTS, CudaBackend, wg_variants
@@ -633,9 +633,8 @@ def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     assert wg_variants() == WG_VARIANTS
     monkeypatch.setenv("PTI_WG_FIX", "1")
     table = wg_variants()
-    assert table["x"] == WG_VARIANTS["x"]
-    for cls in ("w", "n"):
-        assert table[cls][0] == WG_VARIANTS[cls][0] and table[cls][1] == WG_FIX
+    assert table["x"] == WG_VARIANTS["x"] and table["w"] == WG_VARIANTS["w"]
+    assert table["n"][0] == WG_VARIANTS["n"][0] and table["n"][1] == WG_FIX
     monkeypatch.setenv("PTI_WG_FIX", "yes")
     with pytest.raises(PtiError, match="PTI_WG_FIX"):
         wg_variants()

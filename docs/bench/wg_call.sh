@@ -24,6 +24,7 @@
 #              order (session 30: SYNTH_ENVS="PTI_WG_TILES=0,PTI_WG_RESIDUAL=0 PTI_WG_TILES=1 ...")
 #     kernels      pti bench --kernels (issue 4's table, with session 31's "given" rows); kernels16: --kernel-act f16
 #     waves        64 rows of the cluster forms at 30, 32 and 60 units (session 31: one wave of clusters or two)
+#     fix-ab       pti bench --synthetic 8b --seqs 64 with PTI_WG_FIX=0 1 0 1, if fixtable's fixup form was faster
 #     fixtable     1 and 64 rows of the narrower matrices with PTI_WG_FIX=0 and 1 (the fixup form), PTI_WG_NARROW=1
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
@@ -39,7 +40,7 @@ step() { echo "== $(date -u +%T) $*" >> "$LOG"; }
 for s in "$@"; do case $s in
 hopper)
   step hopper tests
-  PTI_WGMMA=1 timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_kernels_gpu.py -k hopper 2>&1 | tail -30 >> "$LOG" ;;
+  PTI_WGMMA=1 timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_kernels_gpu.py -k hopper 2>&1 | tail -30 >> "$LOG" ;;
 table|table16|table16a)
   act=bf16; wgs="1 0"; [ "$s" != table ] && act=f16; [ "$s" = table16a ] && wgs=1
   for wg in $wgs; do
@@ -144,6 +145,21 @@ print_table(res)
 open(sys.argv[1], "w").write(json.dumps(res, indent=1))
 PY
   done ;;
+fix-ab)
+  # only where the fixup form beat the clusters on down's shape (4096x14336, 64 rows, q8, tiles given)
+  if python3 - "$OUT" <<'PY'
+import json, sys
+t = [{r["kernel"]: r["us"] for r in json.load(open(f"{sys.argv[1]}/fix{f}.json"))["rows"]
+      if (r["n"], r["k"], r["m"], r["kind"]) == (4096, 14336, 64, "q8") and r["kernel"].endswith("given")} for f in (0, 1)]
+sys.exit(0 if min(t[1].values()) < min(t[0].values()) else 1)
+PY
+  then
+    for fx in 0 1 0 1; do
+      step "bench --synthetic 8b --seqs 64 --twins a,ab PTI_WG_FIX=$fx"
+      PTI_WG_FIX=$fx timeout 120 python3 -m pti_cli.cli bench --synthetic 8b --seqs 64 --twins a,ab --repeats 3 \
+          --json "$OUT/synth_fix${fx}_$((i = i + 1)).json" 2>&1 | grep -v "^[┏┡└]" | tail -6 >> "$LOG"
+    done
+  else step "fix-ab: the fixup form was not faster; no synthetic A/B"; fi ;;
 save)
   step kcache_save; kcache_save ;;
 esac; done

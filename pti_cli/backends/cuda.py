@@ -74,18 +74,19 @@ WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1, 0), (64, "m8", 8, 2, 4, 1, 0)),
 # The fixup form (G = 1): m8_c8's CTAs without a cluster, the unit's last CTA adding the 8 slices' sums from
 # global memory in slice order.  A cluster of 8 must sit in one GPC, so the H200 holds 30 of them at two CTAs
 # a SM, and a 64-row launch of 32 units (4096 rows) ran in two waves (docs/perf.md, session 31).
-# PTI_WG_FIX=1 gives the narrower classes' 64-row entry to it (wg_variants).
+# PTI_WG_FIX=1 gives the narrow class's 64-row entry to it (wg_variants): up to 41 units, about one wave of
+# CTAs; the wide class has more units than one wave holds either way.
 WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
 
 
 def wg_variants() -> dict:
-    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrower classes under PTI_WG_FIX=1."""
+    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1."""
     v = os.environ.get("PTI_WG_FIX", "0")
     if v not in ("0", "1"):
         raise PtiError(f"PTI_WG_FIX must be 0 or 1, not {v!r}")
     if v == "0":
         return WG_VARIANTS
-    return {cls: vs if cls == "x" else vs[:1] + (WG_FIX,) for cls, vs in WG_VARIANTS.items()}
+    return {cls: vs[:1] + (WG_FIX,) if cls == "n" else vs for cls, vs in WG_VARIANTS.items()}
 WG_MIN_ROWS = 17
 # A launch of two twins takes them from 9 rows a twin (past TWIN_KERNEL_MAX_ROWS, where the policy makes two
 # one-twin launches): +3.6% at 24 and 32 sequences of twins ab (docs/perf.md, session 30, item 3).
