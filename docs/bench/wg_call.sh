@@ -154,10 +154,12 @@ t = [{r["kernel"]: r["us"] for r in json.load(open(f"{sys.argv[1]}/fix{f}.json")
 sys.exit(0 if min(t[1].values()) < min(t[0].values()) else 1)
 PY
   then
+    i=0
     for fx in 0 1 0 1; do
+      i=$((i + 1))   # (not inside the pipeline: its parts run in subshells; session 31's call 4 lost runs 1-2' JSON)
       step "bench --synthetic 8b --seqs 64 --twins a,ab PTI_WG_FIX=$fx"
       PTI_WG_FIX=$fx timeout 120 python3 -m pti_cli.cli bench --synthetic 8b --seqs 64 --twins a,ab --repeats 3 \
-          --json "$OUT/synth_fix${fx}_$((i = i + 1)).json" 2>&1 | grep -v "^[┏┡└]" | tail -6 >> "$LOG"
+          --json "$OUT/synth_fix${fx}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -6 >> "$LOG"
     done
   else step "fix-ab: the fixup form was not faster; no synthetic A/B"; fi ;;
 save)
