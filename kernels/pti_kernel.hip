@@ -1010,19 +1010,17 @@ struct PtiWgArgs {
 // parking each slice's sums in its shared memory; after a cluster barrier rank r adds the 8 slices' sums
 // of its share of every thread's elements in slice order (v = p0; v += p1; ...: the C = 1 running sum's
 // order) over distributed shared memory, and writes them (scripts/wgmma_probe.cu's pti_wg_cluster_out).
-// G > 0 (the fixup form, C = 8 CTAs a unit, one slice each, in clusters of G, or none for G = 1): each CTA
-// parks its slice's sums in global memory (a.fixp) and the unit's CTAs count themselves done (a.fixc), a
-// cluster at a time; the unit's last cluster (G = 1: last CTA) reads the 8 slices back, adds them in slice
-// order, and its CTAs write their shares of the unit as the cluster form's ranks do.  Why: a cluster of 8
-// must sit in one GPC, so the H200 holds 30 of them at two CTAs a SM (240 of 264 CTA slots), and a matrix of
-// 32 units (4096 rows) ran in two waves; clusters of 4 or none fit its 256 CTAs in one (docs/perf.md,
-// session 31).
-template <int TIN, int TOUT, int MT, int PB, int S, int C = 1, int G = 0>
+// G (the fixup form, C = 8 CTAs a unit that are not a cluster): each CTA parks its slice's sums in global
+// memory (a.fixp) and counts itself done (a.fixc); the unit's last CTA adds the 8 slices in slice order into
+// C = 1's running sums and writes the whole unit, as C = 1 does.  Why: a cluster of 8 must sit in one GPC, so the H200 holds 30 of
+// them at two CTAs a SM (240 of 264 CTA slots), and a matrix of 32 units (4096 rows) ran in two waves;
+// without clusters its 256 CTAs are one wave (docs/perf.md, session 31).
+template <int TIN, int TOUT, int MT, int PB, int S, int C = 1, bool G = false>
 __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     constexpr int NR = 8 * MT, ND = NR / 2, T = 256, R = 8, SPC = 8 / C;
     constexpr int PHASE = PB * NR * 64, WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB), SLOT = WSTAGE + PHASE;
     static_assert(C == 1 || C == 2 || C == 4 || C == 8, "a cluster takes the 8 slices in equal shares");
-    static_assert(!G || (C == 8 && (G == 1 || G == 2 || G == 4)), "the fixup form: one slice a CTA");
+    static_assert(!G || C == 8, "the fixup form: one slice a CTA");
     extern __shared__ __align__(128) unsigned char pti_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, twin = blockIdx.y;
     // (selects, not a.q[twin]: an indexed parameter array is copied to local memory)
@@ -1134,55 +1132,38 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         float* invo = twin ? a.invo[1] : a.invo[0];
         if (invo != nullptr && tid < M) invo[tid] = __uint_as_float(PTI_INV_PENDING);
     }
-    // The CTAs that share the unit's epilogue (SH: the cluster's C, or the fixup form's last cluster), the
-    // element pairs (i, i + 2) each takes (NP), and this CTA's place among them; pair pr is elements
-    // (pr / 2) 4 + pr mod 2 and that + 2 (a GLU's gate and up elements stay together).
-    constexpr int SH = G ? G : C, NP = ND / 2 / SH;
-    static_assert(NP >= 1, "at least one element pair a CTA");
-    const int srank = G ? rank % G : rank;
-    // G: this slice's sums out, then only the unit's last cluster (or CTA) goes on (the threadFenceReduction
-    // pattern: every thread's stores fenced before one thread counts its cluster done)
+    // G: this slice's sums out, then only the unit's last CTA goes on (the threadFenceReduction pattern:
+    // every thread's stores fenced before one thread counts the CTA done)
     const float* fixu = G ? (twin ? a.fixp[1] : a.fixp[0]) + (pti_u64)unit * 8 * ND * T : nullptr;
     if (G) {
         __shared__ int last;
 #pragma unroll
         for (int i = 0; i < ND; ++i) __stcg((float*)fixu + ((pti_u64)rank * ND + i) * T + tid, acc[i]);
         __threadfence();
-        if (G == 1) __syncthreads();
-        else asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-        if (tid == 0 && srank == 0) {
+        __syncthreads();
+        if (tid == 0) {
             unsigned* cnt = (twin ? a.fixc[1] : a.fixc[0]) + unit;
-            const int l = atomicAdd(cnt, (unsigned)G) == 8u - G;
-            if (l) *cnt = 0u;   // every CTA of the unit has counted: ready for the next launch
-            if (G == 1) last = l;
-            else   // to every CTA of the cluster, published by the barrier below
-                for (int r = 0; r < G; ++r) {
-                    unsigned ra;
-                    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"((unsigned)__cvta_generic_to_shared(&last)), "r"(r));
-                    asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(ra), "r"(l) : "memory");
-                }
+            last = atomicAdd(cnt, 1u) == 7u;
+            if (last) *cnt = 0u;   // every CTA of the unit has counted: ready for the next launch
         }
-        if (G == 1) __syncthreads();
-        else asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-        if (!last) return;   // (no CTA reads another's shared memory past here)
+        __syncthreads();
+        if (!last) return;
         __threadfence();
-        // this CTA's share of the 8 slices' sums into the running sums' place (C = 1's), v = p0; v += p1; ...:
-        // 8 elements at a time, their 64 loads issued together (one L2 round trip an element, in turn, cost
-        // 12 us a launch)
-        auto elem = [&](int k) { const int pr = srank * NP + (k >> 1); return (pr >> 1) * 4 + (pr & 1) + 2 * (k & 1); };
+        // the 8 slices' sums into the running sums' place (C = 1's), v = p0; v += p1; ...: 8 elements at a
+        // time, their 64 loads issued together (one L2 round trip an element, in turn, cost 12 us a launch)
 #pragma unroll
-        for (int k0 = 0; k0 < 2 * NP; k0 += 8) {
+        for (int e0 = 0; e0 < ND; e0 += 8) {
             float p[8][8];
 #pragma unroll
             for (int r = 0; r < 8; ++r)
 #pragma unroll
-                for (int j = 0; j < 8; ++j) p[r][j] = __ldcg(fixu + ((pti_u64)r * ND + elem(k0 + j)) * T + tid);
+                for (int j = 0; j < 8; ++j) p[r][j] = __ldcg(fixu + ((pti_u64)r * ND + e0 + j) * T + tid);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 float v = p[0][j];
 #pragma unroll
                 for (int r = 1; r < 8; ++r) v = __fadd_rn(v, p[r][j]);
-                run[elem(k0 + j) * T + tid] = v;
+                run[(e0 + j) * T + tid] = v;
             }
         }
     }
@@ -1204,12 +1185,13 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     }
     // The cluster's sum: slice r's sums are set r / C of rank r % C.  The first barrier publishes every
     // rank's sums, the second keeps them until the last reader is done (a reader's loads have returned,
-    // used by its stores, before its relaxed arrive).  Rank r takes pairs r NP .. r NP + NP - 1.
+    // used by its stores, before its relaxed arrive).  Rank r takes the elements i with (i >> 1) / NP == r,
+    // NP = ND / 2 / C pairs (i, i + 2) of them: a GLU's gate and up elements stay together.
     const unsigned park = (unsigned)__cvta_generic_to_shared(run);
     // element e's finished sum: this thread's own (C == 1) or the 8 slices' in slice order (C > 1)
     // (plain lambdas: NVRTC 13.0, the H200 image's, refuses a generic one in device code)
     auto sum = [&](int e) -> float {
-        if (C == 1 || G) return run[e * T + tid];   // (G: this CTA's share, gathered above)
+        if (C == 1 || G) return run[e * T + tid];
         float v = 0.f;
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
@@ -1261,7 +1243,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         if (TOUT != 0 || !po) return;
         __syncwarp();
         for (int m = lane; m < M; m += 32) {
-            if (SH > 1 && ((m >> 3) * 2 + (m & 1)) / NP != srank) continue;
+            if (C > 1 && !G && ((m >> 3) * 2 + (m & 1)) / (ND / 2 / C) != rank) continue;
             const float* e = res_s + m * 16;
             float p = 0.f;
 #pragma unroll
@@ -1269,21 +1251,23 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             po[(pti_u64)m * (a.N >> 4) + rg] = p;
         }
     };
-    if (C == 1) {
+    if (C == 1 || G) {
 #pragma unroll
         for (int i = 0; i < ND; ++i) out(i);
         partials();
         return;
     }
-    if (!G) asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    constexpr int NP = ND / 2 / C;
+    static_assert(NP >= 1, "at least one element pair a rank");
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
-        const int pr = srank * NP + p, i = (pr >> 1) * 4 + (pr & 1);   // pair pr: elements i, i + 2
+        const int pr = rank * NP + p, i = (pr >> 1) * 4 + (pr & 1);   // pair pr: elements i, i + 2
         out(i);
         if (TOUT != 2) out(i + 2);
     }
     partials();
-    if (!G) asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
 // The activations of one or two twins (blockIdx.y) in the tile layout pti_wg_mm reads: nb tiles of
@@ -1329,7 +1313,7 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
 // m4, 33-64: m8), PB and S as measured best in scripts/wgmma_probe.py (docs/perf.md, sessions 26-27: on
 // 28672x4096 m4_w2_b4_r3_o2_c1_x1 and m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices:
 // m4_w2_b4_r3_o2_c4_x1, m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in
-// the fixup form (G = 1) instead of a cluster; _g8c4: the same in clusters of 4 (G = 4).
+// the fixup form (G) instead of a cluster.
 #define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G)                                                        \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
@@ -1353,8 +1337,7 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     PTI_WG_OUTS(TY, TIN, m4_c4, 4, 4, 3, 4, 0)       \
     PTI_WG_OUTS(TY, TIN, m4_c8, 4, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8, 0)       \
-    PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1)       \
-    PTI_WG_OUTS(TY, TIN, m8_g8c4, 8, 2, 4, 8, 4)
+    PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1)
 PTI_WG_ALL(bf16, 0)
 PTI_WG_ALL(f16, 1)
 

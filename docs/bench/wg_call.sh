@@ -26,7 +26,6 @@
 #     waves        64 rows of the cluster forms at 30, 32 and 60 units (session 31: one wave of clusters or two)
 #     fix-ab       pti bench --synthetic 8b --seqs 64 with PTI_WG_FIX=0 1 0 1, if fixtable's fixup form was faster
 #     fixtable     1 and 64 rows of the narrower matrices with PTI_WG_FIX=0 and 1 (the fixup form), PTI_WG_NARROW=1
-#                  (or the settings in FIXES, e.g. FIXES="0 4");  test-fix4: the GPU tests of PTI_WG_FIX=4
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -136,7 +135,7 @@ open(sys.argv[1], "w").write(json.dumps(res, indent=1))
 PY
   ;;
 fixtable)
-  for fx in ${FIXES:-0 1}; do
+  for fx in 0 1; do
     step "the fixup form: 1 and 64 rows, PTI_WG_NARROW=1 PTI_WG_FIX=$fx"
     PTI_WG_NARROW=1 PTI_WG_FIX=$fx timeout 150 python3 - "$OUT/fix$fx.json" >> "$LOG" 2>&1 <<'PY'
 import json, sys
@@ -163,9 +162,6 @@ PY
           --json "$OUT/synth_fix${fx}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -6 >> "$LOG"
     done
   else step "fix-ab: the fixup form was not faster; no synthetic A/B"; fi ;;
-test-fix4)
-  step "the fixup form in clusters of 4: its GPU tests (PTI_WG_FIX=4 cases)"
-  timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k fixup4 2>&1 | tail -15 >> "$LOG" ;;
 save)
   step kcache_save; kcache_save ;;
 esac; done

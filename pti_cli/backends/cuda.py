@@ -71,23 +71,22 @@ ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1, 0), (64, "m8", 8, 2, 4, 1, 0)),
                "w": ((32, "m4_c4", 4, 4, 3, 4, 0), (64, "m8_c8", 8, 2, 4, 8, 0)),
                "n": ((32, "m4_c8", 4, 2, 4, 8, 0), (64, "m8_c8", 8, 2, 4, 8, 0))}
-# The fixup forms (G > 0): m8_c8's CTAs without a cluster of 8, each writing its slice's sums to global memory;
-# the unit's last CTA (G = 1) or last cluster of 4 (G = 4) adds the 8 slices in slice order and writes the
-# unit.  A cluster of 8 must sit in one GPC, so the H200 holds 30 of them at two CTAs a SM, and a 64-row launch
-# of 32 units (4096 rows) ran in two waves (docs/perf.md, session 31).  PTI_WG_FIX=1 or 4 gives the narrow
-# class's 64-row entry to one (wg_variants): up to 41 units, about one wave of CTAs; the wide class has more
-# units than one wave holds either way.
-WG_FIXES = {"1": (64, "m8_g8", 8, 2, 4, 8, 1), "4": (64, "m8_g8c4", 8, 2, 4, 8, 4)}
+# The fixup form (G = 1): m8_c8's CTAs without a cluster, the unit's last CTA adding the 8 slices' sums from
+# global memory in slice order.  A cluster of 8 must sit in one GPC, so the H200 holds 30 of them at two CTAs
+# a SM, and a 64-row launch of 32 units (4096 rows) ran in two waves (docs/perf.md, session 31).
+# PTI_WG_FIX=1 gives the narrow class's 64-row entry to it (wg_variants): up to 41 units, about one wave of
+# CTAs; the wide class has more units than one wave holds either way.
+WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
 
 
 def wg_variants() -> dict:
-    """WG_VARIANTS, with a fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1 or 4."""
+    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1."""
     v = os.environ.get("PTI_WG_FIX", "0")
-    if v != "0" and v not in WG_FIXES:
-        raise PtiError(f"PTI_WG_FIX must be 0, {' or '.join(WG_FIXES)}, not {v!r}")
+    if v not in ("0", "1"):
+        raise PtiError(f"PTI_WG_FIX must be 0 or 1, not {v!r}")
     if v == "0":
         return WG_VARIANTS
-    return {cls: vs[:1] + (WG_FIXES[v],) if cls == "n" else vs for cls, vs in WG_VARIANTS.items()}
+    return {cls: vs[:1] + (WG_FIX,) if cls == "n" else vs for cls, vs in WG_VARIANTS.items()}
 WG_MIN_ROWS = 17
 # A launch of two twins takes them from 9 rows a twin (past TWIN_KERNEL_MAX_ROWS, where the policy makes two
 # one-twin launches): +3.6% at 24 and 32 sequences of twins ab (docs/perf.md, session 30, item 3).
@@ -409,8 +408,8 @@ class KernelBackend(Backend):
                   rows: int | None = None) -> tuple[str, int, int, int]:
         """The Hopper kernel for m rows of a matrix of `rows` rows (wg_variants by its width class; None: a
         tall one) and that encoding (repack.CODES: bf16 inputs, or f16 for f16 and h16) writing `out`
-        (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT), CTAs a unit and the
-        fixup form's cluster size (0: not that form, whose CTAs a unit are a cluster when more than one)."""
+        (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT), CTAs a unit and whether
+        they are the fixup form's (1) or a cluster."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
         _, suffix, mt, _, _, c, fix = next(v for v in self.wg_table[cls] if m <= v[0])
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
@@ -783,7 +782,7 @@ class CudaBackend(KernelBackend):
                                (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
                                + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)
                                + (ctypes.c_void_p,) * 4),
-                      self.pdl, f"launch {name}", cluster=(fix if fix > 1 else 0) if fix else c if c > 1 else 0)
+                      self.pdl, f"launch {name}", cluster=c if c > 1 and not fix else 0)
         return name
 
     def _wg_fixup(self, units: int, nr: int, twins: int, fix: int) -> tuple:

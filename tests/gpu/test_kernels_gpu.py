@@ -333,20 +333,14 @@ def wg_narrow_backend():
 
 @pytest.fixture(scope="module")
 def wg_fix_backend():
-    """The same with the fixup form for 33-64 rows of the narrow matrices (PTI_WG_FIX=1: the last CTA)."""
+    """The same with the fixup form for 33-64 rows of the narrower matrices (PTI_WG_FIX=1)."""
     return backend_with_wgmma("1", "1", "1")
 
 
-@pytest.fixture(scope="module")
-def wg_fix4_backend():
-    """The same with the fixup form in clusters of 4 (PTI_WG_FIX=4: the last cluster)."""
-    return backend_with_wgmma("1", "1", "4")
-
-
-@pytest.fixture(params=["cluster", "fixup", "fixup4"])
-def narrow_backend(request, wg_narrow_backend, wg_fix_backend, wg_fix4_backend):
-    """The narrower matrices' Hopper forms: the clusters', and the fixup forms at 33-64 rows."""
-    return {"cluster": wg_narrow_backend, "fixup": wg_fix_backend, "fixup4": wg_fix4_backend}[request.param]
+@pytest.fixture(params=["cluster", "fixup"])
+def narrow_backend(request, wg_narrow_backend, wg_fix_backend):
+    """The narrower matrices' Hopper forms: the clusters', and the fixup form at 33-64 rows."""
+    return wg_narrow_backend if request.param == "cluster" else wg_fix_backend
 
 
 def hopper(backend) -> bool:
@@ -602,9 +596,8 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
                     for y, x, (q, d) in zip(got, xs, pairs):
                         check_close(y, x, q, d, k)
     fix = be.wg_table["n"][1][6] and width_class(n / 16 / be.sm_count) == "n"   # the narrow class's 64-row entry
-    name = {1: "_g8", 4: "_g8c4"}.get(fix)
-    assert len(calls) == launches and all(c.endswith(name) if fix and "_m8_" in c else "_c" in c for c in calls), calls
-    assert any(c.endswith(("_g8", "_g8c4")) for c in calls) == bool(fix)
+    assert len(calls) == launches and all(c.endswith("_g8") if fix and "_m8_" in c else "_c" in c for c in calls), calls
+    assert any(c.endswith("_g8") for c in calls) == bool(fix)
 
 
 def test_hopper_kernels_integer_cases_exact(wg_backend, wg_calls):
