@@ -87,6 +87,8 @@ def wg_variants() -> dict:
     if v == "0":
         return WG_VARIANTS
     return {cls: vs[:1] + (WG_FIX,) if cls == "n" else vs for cls, vs in WG_VARIANTS.items()}
+
+
 WG_MIN_ROWS = 17
 # A launch of two twins takes them from 9 rows a twin (past TWIN_KERNEL_MAX_ROWS, where the policy makes two
 # one-twin launches): +3.6% at 24 and 32 sequences of twins ab (docs/perf.md, session 30, item 3).

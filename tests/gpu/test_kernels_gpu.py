@@ -556,8 +556,8 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     """The cluster forms (PTI_WG_NARROW=1: a unit's slices over a cluster of CTAs, summed in slice order over
     distributed shared memory) on matrices of the narrower width classes: bit for bit the policy kernels'
     outputs, plain, silu(gate) * up, and scaled by each row's inv; one launch of a cluster form a call.  With
-    PTI_WG_FIX=1, 33-64 rows of the narrow class take the fixup form (the 8 slices through global memory, the unit's last CTA
-    adding them), launch after launch on the same counts (each launch must leave them zero)."""
+    PTI_WG_FIX=1, 33-64 rows of the narrow class take the fixup form (the 8 slices through global memory, the
+    unit's last CTA adding them), launch after launch on the same counts (each launch must leave them zero)."""
     be = narrow_backend
     if not hopper(be):
         return
@@ -595,7 +595,7 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
                 if not glu and not scaled:
                     for y, x, (q, d) in zip(got, xs, pairs):
                         check_close(y, x, q, d, k)
-    fix = be.wg_table["n"][1][6] and width_class(n / 16 / be.sm_count) == "n"   # the narrow class's 64-row entry
+    fix = bool(be.wg_table["n"][1][6]) and width_class(n / 16 / be.sm_count) == "n"   # the narrow class's 64-row entry
     assert len(calls) == launches and all(c.endswith("_g8") if fix and "_m8_" in c else "_c" in c for c in calls), calls
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
 
