@@ -11,7 +11,8 @@ rows, in one run, rotating copies past the L2 as `pti bench --kernels` does:
            inv (session 30: what the model makes now)
 and the clusters that can be resident at once (cuOccupancyMaxActiveClusters) against those a launch has:
 fewer means a second wave.  H200 (sm_90) only; loads the cluster forms of every class.
-    PTI_WG_NARROW=1 python3 scripts/wg_gap.py [--shapes NxK,...]"""
+    PTI_WG_NARROW=1 python3 scripts/wg_gap.py [--shapes NxK,...]
+    PTI_WG_NARROW=1 python3 scripts/wg_gap.py --clusters   (the clusters of 2, 4 and 8 the card holds, by form)"""
 
 import argparse
 import math
@@ -43,9 +44,24 @@ def max_clusters(be, name: str, grid: int, c: int) -> int:
     return cuda._cu(be._drv.cuOccupancyMaxActiveClusters(be.wg_funcs[name], cfg), f"max active clusters {name}")
 
 
+def resident_by_cluster_size(be) -> None:
+    """How many clusters of 2, 4 and 8 of each Hopper form's resources the card holds at once (session 31: 30
+    of 8 for m8_c8, so a 64-row launch of 32 units ran in two waves), next to the CTAs they make."""
+    print(f"{'kernel':>18} " + " ".join(f"{'c' + str(c):>10}" for c in (2, 4, 8)) + "   (clusters / their CTAs)")
+    for suffix in ("m4_c4", "m4_c8", "m8_c8"):
+        name = cuda.wg_name("bf16", "out", suffix)
+        cells = []
+        for c in (2, 4, 8):
+            n = max_clusters(be, name, 64 * c, c)
+            cells.append(f"{n}/{n * c}")
+        print(f"{suffix:>18} " + " ".join(f"{v:>10}" for v in cells))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="6144x4096,4096x4096,4096x14336,28672x4096")
+    ap.add_argument("--clusters", action="store_true",
+                    help="only the clusters of 2, 4 and 8 each form's resources let the card hold at once")
     args = ap.parse_args()
     try:
         be = cuda.CudaBackend()
@@ -56,6 +72,9 @@ def main() -> int:
         print("wg_gap: needs an sm_90 card and PTI_WG_NARROW=1 (the cluster forms of every class)", file=sys.stderr)
         return 2
     print(f"{torch.cuda.get_device_name()}, {be.sm_count} SMs")
+    if args.clusters:
+        resident_by_cluster_size(be)
+        return 0
     print(f"{'N x K':>11} {'M':>3} {'kernel':>18} {'call':>7} {'matmul':>7} {'tiles':>6} {'policy':>7} "
           f"{'sum_inv':>7} {'given':>7} {'clusters':>8} {'resident':>8}")
     for shape in args.shapes.split(","):

@@ -23,6 +23,7 @@
 #     synth-env    the same (sequences 32,64, twins a and ab) under each NAME=VALUE[,NAME=VALUE] of SYNTH_ENVS, in
 #              order (session 30: SYNTH_ENVS="PTI_WG_TILES=0,PTI_WG_RESIDUAL=0 PTI_WG_TILES=1 ...")
 #     kernels      pti bench --kernels (issue 4's table, with session 31's "given" rows); kernels16: --kernel-act f16
+#     clusters     scripts/wg_gap.py --clusters (session 31's next lead: which cluster sizes fit one wave)
 #     waves        64 rows of the cluster forms at 30, 32 and 60 units (session 31: one wave of clusters or two)
 #     fix-ab       pti bench --synthetic 8b --seqs 64 with PTI_WG_FIX=0 1 0 1, if fixtable's fixup form was faster
 #     fixtable     1 and 64 rows of the narrower matrices with PTI_WG_FIX=0 and 1 (the fixup form), PTI_WG_NARROW=1
@@ -113,6 +114,9 @@ synth-twin-min)
     PTI_WG_TWIN_MIN_ROWS=$v timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 16,24,32 --twins ab --repeats 3 \
         --json "$OUT/synth_8b_twinmin$v.json" 2>&1 | grep -v "^[┏┡└]" | tail -8 >> "$LOG"
   done ;;
+clusters)
+  step "wg_gap.py --clusters: the clusters of 2, 4 and 8 the card holds at once, by form"
+  PTI_WG_NARROW=1 timeout 100 python3 scripts/wg_gap.py --clusters >> "$LOG" 2>&1 ;;
 gap)
   step "wg_gap.py (PTI_WG_NARROW=1) and the probe's forms for the same shapes"
   PTI_WG_NARROW=1 timeout 200 python3 scripts/wg_gap.py >> "$LOG" 2>&1
