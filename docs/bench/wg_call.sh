@@ -38,6 +38,19 @@ LOG=$OUT/run.log
   echo "sources: $(LC_ALL=C; cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum | cut -c1-16)";
   python3 -c "from pti_cli.backends.compile import nvrtc_version; print(nvrtc_version())"; } >> "$LOG" 2>&1
 step() { echo "== $(date -u +%T) $*" >> "$LOG"; }
+# ktable OUT.json NxK,... M,... KIND,...: the kernel table (pti bench --kernels' rows) of those shapes, rows and
+# kinds, printed to the log and written to OUT.json
+ktable() {
+  timeout 200 python3 - "$@" >> "$LOG" 2>&1 <<'PY'
+import json, sys
+from pti_cli.bench_kernels import bench_kernels, print_table
+out, shapes, ms, kinds = sys.argv[1:5]
+res = bench_kernels(shapes=tuple(tuple(int(v) for v in s.split("x")) for s in shapes.split(",")),
+                    ms=tuple(int(m) for m in ms.split(",")), kinds=tuple(kinds.split(",")))
+print_table(res)
+open(out, "w").write(json.dumps(res, indent=1))
+PY
+}
 for s in "$@"; do case $s in
 hopper)
   step hopper tests
@@ -129,25 +142,11 @@ kernels|kernels16)
       | grep -v "^[┏┡└]" | tail -80 >> "$LOG" ;;
 waves)
   step "cluster waves: 64 rows of the cluster forms at 30 and 32 units of 128 rows, and at 60 (PTI_WG_NARROW=1)"
-  PTI_WG_NARROW=1 timeout 200 python3 - "$OUT/waves.json" >> "$LOG" 2>&1 <<'PY'
-import json, sys
-from pti_cli.bench_kernels import bench_kernels, print_table
-res = bench_kernels(shapes=((3840, 4096), (4096, 4096), (7680, 4096), (3840, 14336), (4096, 14336)), ms=(1, 32, 64),
-                    kinds=("q8",))
-print_table(res)
-open(sys.argv[1], "w").write(json.dumps(res, indent=1))
-PY
-  ;;
+  PTI_WG_NARROW=1 ktable "$OUT/waves.json" 3840x4096,4096x4096,7680x4096,3840x14336,4096x14336 1,32,64 q8 ;;
 fixtable)
   for fx in 0 1; do
     step "the fixup form: 1 and 64 rows, PTI_WG_NARROW=1 PTI_WG_FIX=$fx"
-    PTI_WG_NARROW=1 PTI_WG_FIX=$fx timeout 150 python3 - "$OUT/fix$fx.json" >> "$LOG" 2>&1 <<'PY'
-import json, sys
-from pti_cli.bench_kernels import bench_kernels, print_table
-res = bench_kernels(shapes=((4096, 4096), (4096, 14336), (6144, 4096), (3840, 4096)), ms=(1, 64))
-print_table(res)
-open(sys.argv[1], "w").write(json.dumps(res, indent=1))
-PY
+    PTI_WG_NARROW=1 PTI_WG_FIX=$fx ktable "$OUT/fix$fx.json" 4096x4096,4096x14336,6144x4096,3840x4096 1,64 q8,ssq16
   done ;;
 fix-ab)
   # only where the fixup form beat the clusters on down's shape (4096x14336, 64 rows, q8, tiles given)
