@@ -1015,21 +1015,12 @@ struct PtiWgArgs {
 // C = 1's running sums and writes the whole unit, as C = 1 does.  Why: a cluster of 8 must sit in one GPC, so the H200 holds 30 of
 // them at two CTAs a SM (240 of 264 CTA slots), and a matrix of 32 units (4096 rows) ran in two waves;
 // without clusters its 256 CTAs are one wave (docs/perf.md, session 31).
-// H (the half-unit form, C = 8): a unit is 64 weight rows (half of the ring layout's 128-row unit, row groups
-// 4 h .. 4 h + 3) and a CTA one warpgroup (128 threads, four CTAs a SM): the same warpgroups a SM, in
-// clusters of 8 CTAs of half the size, which a GPC holds twice as many of, so a 4096-row matrix's 64
-// clusters are one wave (docs/perf.md, session 32).  Its sums park at the ring's end, free after the loop.
-template <int TIN, int TOUT, int MT, int PB, int S, int C = 1, bool G = false, bool H = false>
+template <int TIN, int TOUT, int MT, int PB, int S, int C = 1, bool G = false>
 __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
-    constexpr int NR = 8 * MT, ND = NR / 2, R = H ? 4 : 8, T = 32 * R, SPC = 8 / C;
-    // WBG, SBG: a block's weights and scales in the ring layout (8 row groups); WB, SB: the CTA's share
-    constexpr int WBG = 8 * 512, SBG = 8 * 32, WB = R * 512, SB = R * 32;
-    constexpr int PHASE = PB * NR * 64, WSTAGE = PB * (WB + SB), SLOT = WSTAGE + PHASE;
+    constexpr int NR = 8 * MT, ND = NR / 2, T = 256, R = 8, SPC = 8 / C;
+    constexpr int PHASE = PB * NR * 64, WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB), SLOT = WSTAGE + PHASE;
     static_assert(C == 1 || C == 2 || C == 4 || C == 8, "a cluster takes the 8 slices in equal shares");
     static_assert(!G || C == 8, "the fixup form: one slice a CTA");
-    static_assert(!H || (C == 8 && !G), "the half-unit form: a cluster of 8, one slice a CTA");
-    // (H: the parked sums at the ring's end clear the inv slots and the residual form's rows at its start)
-    static_assert(!H || S * SLOT - ND * T * 4 >= 256 + R * NR * 16 * 4, "the half-unit form's sums fit the ring");
     extern __shared__ __align__(128) unsigned char pti_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, twin = blockIdx.y;
     // (selects, not a.q[twin]: an indexed parameter array is copied to local memory)
@@ -1038,7 +1029,8 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     if ((int)blockIdx.x < a.n_inv) {   // an inv CTA: rows 8 blockIdx.x .. + 7, a warp a row
         pti_pdl_trigger();
         pti_pdl_wait();
-        for (int row = blockIdx.x * 8 + warp; row < min(M, blockIdx.x * 8 + 8); row += R) {
+        const int row = blockIdx.x * 8 + warp;
+        if (row < M) {
             const float v = pti_row_inv(pin + (pti_u64)row * a.ng, a.ng, 32 * nb, a.eps, lane);
             if (lane == 0) ((float*)(twin ? a.inv[1] : a.inv[0]))[row] = v;
         }
@@ -1046,17 +1038,15 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     }
     const int bx = blockIdx.x - a.n_inv;   // (n_inv a multiple of C: bx's rank is the cluster's)
     const int unit = C == 1 ? bx : bx / C, rank = C == 1 ? 0 : bx % C;
-    const int ring_unit = H ? unit >> 1 : unit, half = H ? unit & 1 : 0;   // H: unit is a 64-row half
     const int nst = C == 1 ? nb / PB : SPC * (nb / 8) / PB, nphs = nst / SPC;
     // this CTA's first slice (rank): its blocks from (unit nb + rank nb / 8), its tiles from rank nb / 8
     const pti_u64 first = (pti_u64)rank * (nb / 8);
-    const char* qc = (twin ? a.q[1] : a.q[0]) + ((pti_u64)ring_unit * nb + first) * WBG + half * WB;   // phases: this CTA's, a slice's
-    const char* scs = (twin ? a.s[1] : a.s[0]) + ((pti_u64)ring_unit * nb + first) * SBG + half * SB;
+    const char* qc = (twin ? a.q[1] : a.q[0]) + ((pti_u64)unit * nb + first) * WB;   // phases: this CTA's, a slice's
+    const char* scs = (twin ? a.s[1] : a.s[0]) + ((pti_u64)unit * nb + first) * SB;
     const char* xc = (twin ? a.x[1] : a.x[0]) + first * (NR * 64);
     void* y = twin ? a.y[1] : a.y[0];
     const unsigned sbase = (unsigned)__cvta_generic_to_shared(pti_smem), full = sbase, wbase = sbase + 128;
-    // C = 1: the running sums; else SPC slices' sums (H: the ring's last bytes)
-    float* run = (float*)(pti_smem + 128 + S * SLOT - (H ? ND * T * 4 : 0));
+    float* run = (float*)(pti_smem + 128 + S * SLOT);   // C = 1: the running sums; else SPC slices' sums
     // phase i into slot st: what 1 = the weights and scales (and the barrier's byte count, the tiles'
     // included), 2 = the tiles.  Its first block, from the CTA's first: i PB, and for the CTA's j-th slice
     // (rank + j C, j = i / nphs) C - 1 slices more per j.  j without a division (SASS, session 28: thread
@@ -1068,16 +1058,8 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         if (what & 1) {
             asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }"
                          ::"r"(bar), "r"(SLOT) : "memory");
-            if (H) {   // the half's rows of each block: PB pieces a phase
-#pragma unroll
-                for (int p = 0; p < PB; ++p) {
-                    pti_wg_bulk(slot + p * WB, qc + (b + p) * WBG, WB, bar);
-                    pti_wg_bulk(slot + PB * WB + p * SB, scs + (b + p) * SBG, SB, bar);
-                }
-            } else {
-                pti_wg_bulk(slot, qc + b * WBG, PB * WB, bar);
-                pti_wg_bulk(slot + PB * WB, scs + b * SBG, PB * SB, bar);
-            }
+            pti_wg_bulk(slot, qc + b * WB, PB * WB, bar);
+            pti_wg_bulk(slot + PB * WB, scs + b * SB, PB * SB, bar);
         }
         if (what & 2) pti_wg_bulk(slot + WSTAGE, xc + b * (NR * 64), PHASE, bar);
     };
@@ -1194,7 +1176,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             pending = __float_as_uint(v) == PTI_INV_PENDING;
         }
         if (__syncthreads_or(pending))   // an inv CTA was late
-            for (int r = warp; r < M; r += R) {
+            for (int r = warp; r < M; r += 8) {
                 const float v = pti_row_inv(pin + (pti_u64)r * a.ng, a.ng, 32 * nb, a.eps, lane);
                 if (lane == 0) inv_s[r] = v;
             }
@@ -1332,8 +1314,8 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
 // 28672x4096 m4_w2_b4_r3_o2_c1_x1 and m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices:
 // m4_w2_b4_r3_o2_c4_x1, m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in
 // the fixup form (G) instead of a cluster.
-#define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G, H)                                                     \
-    extern "C" __global__ void __launch_bounds__(H ? 128 : 256, H ? 4 : 2) NAME(                        \
+#define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G)                                                        \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
         void* ya, void* yb, const float* ia, const float* ib, int Ma, int Mb, int N, int nb, int ldy,    \
         int h16, const float* pa, const float* pb, int ng, float eps, int n_inv, unsigned short* uoa,    \
@@ -1343,21 +1325,19 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
         const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {ia, ib}, {Ma, Mb}, N, nb, ldy, h16, \
                              {pa, pb}, ng, eps, n_inv, {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob},     \
                              {toa, tob}, tnr, {fpa, fpb}, {fca, fcb}};                                   \
-        pti_wg_mm<TIN, TOUT, MT, PB, S, C, G, H>(a);                                                    \
+        pti_wg_mm<TIN, TOUT, MT, PB, S, C, G>(a);                                                       \
     }
-#define PTI_WG_OUTS(TY, TIN, SUFFIX, MT, PB, S, C, G, H)                 \
-    PTI_WG(pti_wg_##TY##_f32_##SUFFIX, TIN, 0, MT, PB, S, C, G, H)       \
-    PTI_WG(pti_wg_##TY##_out_##SUFFIX, TIN, 1, MT, PB, S, C, G, H)       \
-    PTI_WG(pti_wg_##TY##_glu_##SUFFIX, TIN, 2, MT, PB, S, C, G, H)
+#define PTI_WG_OUTS(TY, TIN, SUFFIX, MT, PB, S, C, G)                    \
+    PTI_WG(pti_wg_##TY##_f32_##SUFFIX, TIN, 0, MT, PB, S, C, G)          \
+    PTI_WG(pti_wg_##TY##_out_##SUFFIX, TIN, 1, MT, PB, S, C, G)          \
+    PTI_WG(pti_wg_##TY##_glu_##SUFFIX, TIN, 2, MT, PB, S, C, G)
 #define PTI_WG_ALL(TY, TIN)                          \
-    PTI_WG_OUTS(TY, TIN, m4, 4, 4, 3, 1, 0, 0)       \
-    PTI_WG_OUTS(TY, TIN, m8, 8, 2, 4, 1, 0, 0)       \
-    PTI_WG_OUTS(TY, TIN, m4_c4, 4, 4, 3, 4, 0, 0)    \
-    PTI_WG_OUTS(TY, TIN, m4_c8, 4, 2, 4, 8, 0, 0)    \
-    PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8, 0, 0)    \
-    PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1, 0)    \
-    PTI_WG_OUTS(TY, TIN, m4_h8, 4, 2, 4, 8, 0, 1)    \
-    PTI_WG_OUTS(TY, TIN, m8_h8, 8, 2, 4, 8, 0, 1)
+    PTI_WG_OUTS(TY, TIN, m4, 4, 4, 3, 1, 0)          \
+    PTI_WG_OUTS(TY, TIN, m8, 8, 2, 4, 1, 0)          \
+    PTI_WG_OUTS(TY, TIN, m4_c4, 4, 4, 3, 4, 0)       \
+    PTI_WG_OUTS(TY, TIN, m4_c8, 4, 2, 4, 8, 0)       \
+    PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8, 0)       \
+    PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1)
 PTI_WG_ALL(bf16, 0)
 PTI_WG_ALL(f16, 1)
 

@@ -38,26 +38,17 @@ def only(keep):
     return launch
 
 
-FORMS = {v[1]: v for vs in cuda.WG_VARIANTS.values() for v in vs} | {v[1]: v for v in cuda.WG_HALF.values()}
-
-
 def max_clusters(be, name: str, grid: int, c: int) -> int:
-    """cuOccupancyMaxActiveClusters of a pti_wg_mm launch of `grid` CTAs in clusters of c (any form of
-    FORMS, loaded or not: its CTA and shared memory from its entry)."""
-    _, _, mt, pb, slots, cc, form = FORMS[name.split("_", 4)[4]]
-    smem = cuda.wg_smem(mt, pb, slots, cc, form)
-    f = be.wg_funcs.get(name) or cuda._cu(be._drv.cuModuleGetFunction(be.module, name.encode()), name)
-    cuda._cu(be._drv.cuFuncSetAttribute(f, be._drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                        smem), f"shared memory of {name}")
-    cfg = cuda.launch_config(be._drv, (grid,), (cuda.wg_threads(form),), smem, 0, False, c)
-    return cuda._cu(be._drv.cuOccupancyMaxActiveClusters(f, cfg), f"max active clusters {name}")
+    """cuOccupancyMaxActiveClusters of a pti_wg_mm launch of `grid` CTAs in clusters of c."""
+    cfg = cuda.launch_config(be._drv, (grid,), (cuda.THREADS,), be.smem[name], 0, False, c)
+    return cuda._cu(be._drv.cuOccupancyMaxActiveClusters(be.wg_funcs[name], cfg), f"max active clusters {name}")
 
 
 def resident_by_cluster_size(be) -> None:
     """How many clusters of 2, 4 and 8 of each Hopper form's resources the card holds at once (session 31: 30
     of 8 for m8_c8, so a 64-row launch of 32 units ran in two waves), next to the CTAs they make."""
     print(f"{'kernel':>18} " + " ".join(f"{'c' + str(c):>10}" for c in (2, 4, 8)) + "   (clusters / their CTAs)")
-    for suffix in ("m4_c4", "m4_c8", "m8_c8", "m4_h8", "m8_h8"):
+    for suffix in ("m4_c4", "m4_c8", "m8_c8"):
         name = cuda.wg_name("bf16", "out", suffix)
         cells = []
         for c in (2, 4, 8):
@@ -96,7 +87,7 @@ def main() -> int:
         for m in (32, 64):
             x = [torch.randn(m, k, device=be.device).to(be.act_dtype)]
             y = [torch.empty(m, n, device=be.device, dtype=be.act_dtype)]
-            name, nr, c, form = be.wg_kernel(m, y[0].dtype, code=one.ring.code, rows=n)
+            name, nr, c, fix = be.wg_kernel(m, y[0].dtype, code=one.ring.code, rows=n)
             wg = lambda: [be.launch_wg([packs[i % copies]], x, y) for i in range(reps)]  # noqa: E731
             t = {"call": time_graph(wg) / reps}
             real = cuda.launch_kernel
@@ -118,11 +109,11 @@ def main() -> int:
                                                                                        dtype=be.act_dtype)])
             t["given"] = time_graph(lambda: [be.launch_wg([packs[i % copies]], x, y, False, given)
                                              for i in range(reps)]) / reps
-            grid = one.ring.q.shape[0] // cuda.RING_GROUPS * c * (2 if form == 2 else 1)   # (half: units of 64 rows)
+            grid = one.ring.q.shape[0] // cuda.RING_GROUPS * c
             print(f"{shape:>11} {m:>3} {name.removeprefix('pti_wg_'):>18} "
                   + " ".join(f"{t[key] * 1e6:{w}.1f}" for key, w in (("call", 7), ("matmul", 7), ("tiles", 6),
                                                                      ("policy", 7), ("sum_inv", 7), ("given", 7)))
-                  + f" {grid // c:>8} {max_clusters(be, name, grid, c) if c > 1 and form != 1 else '-':>8}")
+                  + f" {grid // c:>8} {max_clusters(be, name, grid, c) if c > 1 and not fix else '-':>8}")
         del packs
         torch.cuda.empty_cache()
     return 0

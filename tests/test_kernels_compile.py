@@ -352,27 +352,22 @@ def test_hopper_kernel_names_match_the_kernel_source():
     slots and cluster size of its WG_VARIANTS entry, and the input and output types its name says."""
     import re
     from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import WG_FIX, WG_HALF, WG_OUTS, WG_VARIANTS, wg_name
+    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_VARIANTS, wg_name
     src = kernel_source()
     guard = src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
     assert "pti_wg_mm<" not in src[:guard]
     guarded = src[guard:]
     assert re.findall(r"^PTI_WG_ALL\((\w+), (\d)\)", guarded, re.M) == [("bf16", "0"), ("f16", "1")]
-    outs = re.findall(r"PTI_WG\(pti_wg_##TY##_(\w+)_##SUFFIX, TIN, (\d), MT, PB, S, C, G, H\)", guarded)
+    outs = re.findall(r"PTI_WG\(pti_wg_##TY##_(\w+)_##SUFFIX, TIN, (\d), MT, PB, S, C, G\)", guarded)
     assert outs == [(o, str(i)) for i, o in enumerate(WG_OUTS)] and wg_name("h16", "glu", "m4") == "pti_wg_f16_glu_m4"
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_WG_OUTS\(TY, TIN, (\w+), ([\d, ]+)\)", guarded)}
-    # (form 1: G, the fixup form; form 2: H, the half-unit form)
-    entries = {v[1]: v[2:6] + (int(v[6] == 1), int(v[6] == 2))
-               for vs in WG_VARIANTS.values() for v in vs + (WG_FIX,) + tuple(WG_HALF.values())}
+    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX,)}
     assert inst == entries
     for cls, vs in WG_VARIANTS.items():
         assert [v[0] for v in vs] == [32, 64] and all(8 % v[5] == 0 for v in vs), cls
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
     assert WG_FIX[5:] == (8, 1) and WG_FIX[2:5] == dict((v[1], v[2:5]) for v in WG_VARIANTS["n"])["m8_c8"]
-    forms = dict((v[1], v) for vs in WG_VARIANTS.values() for v in vs)
-    for c8, h in WG_HALF.items():   # the same tiles, rows, phase and slots as the cluster form it replaces
-        assert h[6] == 2 and h[5] == 8 and h[0] == forms[c8][0] and h[2:5] == forms[c8][2:5] and forms[c8][5] == 8
 
 
 def test_launch_config_sets_grid_pdl_and_cluster():
@@ -492,9 +487,8 @@ def test_hopper_session30_forms(monkeypatch):
 
 def test_hopper_settings_and_shared_memory(monkeypatch):
     """PTI_WG_NARROW ("auto" unless "0", "w" or "1"; a clear error otherwise), and wg_smem: the cluster forms park
-    the sums of their 8 / C slices where the one-CTA form keeps one running sum, all within two CTAs a SM; the
-    half-unit forms within four."""
-    from pti_cli.backends.cuda import WG_HALF, WG_MIN_K, WG_VARIANTS, wg_classes_wanted, wg_min_k_wanted, wg_smem
+    the sums of their 8 / C slices where the one-CTA form keeps one running sum, all within two CTAs a SM."""
+    from pti_cli.backends.cuda import WG_MIN_K, WG_VARIANTS, wg_classes_wanted, wg_min_k_wanted, wg_smem
     from pti_cli.errors import PtiError
     monkeypatch.delenv("PTI_WG_NARROW", raising=False)
     assert wg_classes_wanted() == ("x", "w", "n") and wg_min_k_wanted() is WG_MIN_K
@@ -508,11 +502,6 @@ def test_hopper_settings_and_shared_memory(monkeypatch):
     assert wg_smem(4, 4, 3) == 128 + 3 * 4 * (8 * 544 + 32 * 64) + 16 * 256 * 4
     assert wg_smem(4, 4, 3, 4) - wg_smem(4, 4, 3) == 16 * 256 * 4   # two slices parked instead of one sum
     assert wg_smem(8, 2, 4, 8) == wg_smem(8, 2, 4)                   # one slice parked
-    assert wg_smem(8, 2, 4, 8, 2) == 128 + 4 * 2 * (4 * 544 + 64 * 64)   # the half-unit form: sums in the ring
-    for _, _, mt, pb, slots, c, form in WG_HALF.values():
-        assert 4 * (wg_smem(mt, pb, slots, c, form) + 1024) <= 228 * 1024   # four CTAs a SM
-        # the parked sums (nr / 2 a thread, 128 threads) end the ring past the inv slots and residual rows
-        assert slots * pb * (4 * 544 + 8 * mt * 64) - 4 * mt * 128 * 4 >= 256 + 4 * 8 * mt * 16 * 4
     for vs in WG_VARIANTS.values():
         for _, _, mt, pb, slots, c, _ in vs:
             assert 2 * (wg_smem(mt, pb, slots, c) + 1024) <= 228 * 1024   # the H200's SM, 1 KB reserved a CTA
@@ -658,30 +647,3 @@ def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     assert fp.numel() == 2 * per and fp.dtype == torch.float32 and (fpa, fpb) == (fp.data_ptr(), fp.data_ptr() + 4 * per)
     assert fc.numel() == 64 and not fc.any() and (fca, fcb) == (fc.data_ptr(), fc.data_ptr() + 4 * 32)
     assert be._wg_fixup(32, 64, 1, 1) == (fpa, fpa, fca, fca) and len(be._fix) == 1   # one twin: A's, reused
-
-
-def test_hopper_half_unit_form_setting(monkeypatch):
-    """PTI_WG_HALF names the classes whose clusters of 8 take the half-unit forms (WG_HALF): "n" both of the
-    narrow class's, "w" the wide class's 64-row one (its 32-row form is a cluster of 4), "nw" both classes';
-    the tall class never; with PTI_WG_FIX=1 the narrow class's 64 rows stay the fixup form's; a clear error for
-    anything else.  wg_threads: one warpgroup a CTA in the half-unit form."""
-    from pti_cli.backends.cuda import THREADS, WG_FIX, WG_HALF, WG_VARIANTS, wg_threads, wg_variants
-    from pti_cli.errors import PtiError
-    monkeypatch.delenv("PTI_WG_FIX", raising=False)
-    monkeypatch.setenv("PTI_WG_HALF", "0")
-    assert wg_variants() == WG_VARIANTS
-    suffixes = lambda t: {cls: [v[1] for v in vs] for cls, vs in t.items()}   # noqa: E731
-    monkeypatch.setenv("PTI_WG_HALF", "n")
-    assert suffixes(wg_variants()) == {"x": ["m4", "m8"], "w": ["m4_c4", "m8_c8"], "n": ["m4_h8", "m8_h8"]}
-    monkeypatch.setenv("PTI_WG_HALF", "w")
-    assert suffixes(wg_variants()) == {"x": ["m4", "m8"], "w": ["m4_c4", "m8_h8"], "n": ["m4_c8", "m8_c8"]}
-    monkeypatch.setenv("PTI_WG_HALF", "nw")
-    table = wg_variants()
-    assert table["w"][1] == table["n"][1] == WG_HALF["m8_c8"] and table["n"][0] == WG_HALF["m4_c8"]
-    monkeypatch.setenv("PTI_WG_FIX", "1")
-    assert wg_variants()["n"] == (WG_HALF["m4_c8"], WG_FIX)
-    for bad in ("1", "x", "wn", ""):
-        monkeypatch.setenv("PTI_WG_HALF", bad)
-        with pytest.raises(PtiError, match="PTI_WG_HALF"):
-            wg_variants()
-    assert wg_threads(2) == THREADS // 2 == 128 and wg_threads(0) == wg_threads(1) == THREADS

@@ -27,8 +27,6 @@
 #     waves        64 rows of the cluster forms at 30, 32 and 60 units (session 31: one wave of clusters or two)
 #     fix-ab       pti bench --synthetic 8b --seqs 64 with PTI_WG_FIX=0 1 0 1, if fixtable's fixup form was faster
 #     fixtable     1 and 64 rows of the narrower matrices with PTI_WG_FIX=0 and 1 (the fixup form), PTI_WG_NARROW=1
-#     half-test    the Hopper GPU tests alone (-k hopper; session 32: the half-unit forms among the narrow backends)
-#     halftable    1, 32 and 64 rows of the narrower matrices with PTI_WG_HALF=0 and nw (the half-unit forms)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -149,15 +147,6 @@ fixtable)
   for fx in 0 1; do
     step "the fixup form: 1 and 64 rows, PTI_WG_NARROW=1 PTI_WG_FIX=$fx"
     PTI_WG_NARROW=1 PTI_WG_FIX=$fx ktable "$OUT/fix$fx.json" 4096x4096,4096x14336,6144x4096,3840x4096 1,64 q8,ssq16
-  done ;;
-half-test)
-  step "the Hopper GPU tests (the half-unit forms among the narrow backends), PTI_WG_NARROW=1 where they ask it"
-  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_kernels_gpu.py tests/gpu/test_gpu_model.py \
-      -k "hopper" > "$OUT/test_half.log" 2>&1; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/test_half.log" | tail -20 >> "$LOG" ;;
-halftable)
-  for hv in 0 nw; do
-    step "the half-unit forms: 1, 32 and 64 rows, PTI_WG_NARROW=1 PTI_WG_HALF=$hv"
-    PTI_WG_NARROW=1 PTI_WG_HALF=$hv ktable "$OUT/half$hv.json" 4096x4096,4096x14336,6144x4096 1,32,64 q8,ssq16
   done ;;
 fix-ab)
   # only where the fixup form beat the clusters on down's shape (4096x14336, 64 rows, q8, tiles given)

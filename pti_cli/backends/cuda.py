@@ -64,8 +64,7 @@ ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # (docs/perf.md, session 27: gate/up x1.30 and x1.84 of one row's time at 32 and 64 rows, the policy's
 # x1.94 and x3.36).  The copy doubles those matrices' memory: it is made only while RING_RESERVE of
 # the card's memory stays free.  By width class, then rows: (max rows, name suffix, tiles of 8 rows, blocks
-# a phase, ring slots, CTAs a unit C, form: 0 one CTA or a cluster a unit, 1 the fixup form G, 2 the
-# half-unit form H), as pti_kernel.hip's PTI_WG_ALL lines; at 16 rows the
+# a phase, ring slots, CTAs a unit C, fixup form G), as pti_kernel.hip's PTI_WG_ALL lines; at 16 rows the
 # policy is as fast.  The narrower classes take the cluster forms (C > 1), where they are faster (WG_MIN_K below;
 # PTI_WG_NARROW, wg_setting).  Their matmul alone times as scripts/wgmma_probe.py's same forms since
 # session 29; their call pays one launch more (pti_wg_tiles), 2-4 us (docs/perf.md, session 29).
@@ -78,30 +77,16 @@ WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1, 0), (64, "m8", 8, 2, 4, 1, 0)),
 # PTI_WG_FIX=1 gives the narrow class's 64-row entry to it (wg_variants): up to 41 units, about one wave of
 # CTAs; the wide class has more units than one wave holds either way.
 WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
-# The half-unit forms (H, form 2): a cluster of 8 CTAs of one warpgroup takes 64 weight rows, four CTAs a SM,
-# so the card holds twice the clusters (a GPC of n SMs: n / 2 of them, not n / 4) and a 4096-row matrix's
-# 64 of them are one wave.  PTI_WG_HALF names the classes whose clusters of 8 take them (wg_variants).
-WG_HALF = {"m4_c8": (32, "m4_h8", 4, 2, 4, 8, 2), "m8_c8": (64, "m8_h8", 8, 2, 4, 8, 2)}
 
 
 def wg_variants() -> dict:
-    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1, and the
-    half-unit forms for the clusters of 8 of the classes PTI_WG_HALF names ("n", "w", "nw"; "0": none)."""
+    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1."""
     v = os.environ.get("PTI_WG_FIX", "0")
     if v not in ("0", "1"):
         raise PtiError(f"PTI_WG_FIX must be 0 or 1, not {v!r}")
-    half = os.environ.get("PTI_WG_HALF", "0")
-    if half not in ("0", "n", "w", "nw"):
-        raise PtiError(f"PTI_WG_HALF must be 0, n, w or nw, not {half!r}")
-    table = {cls: tuple(WG_HALF.get(e[1], e) if cls in half else e for e in vs) for cls, vs in WG_VARIANTS.items()}
-    if v == "1":
-        table["n"] = table["n"][:1] + (WG_FIX,)
-    return table
-
-
-def wg_threads(form: int) -> int:
-    """A Hopper form's CTA: one warpgroup in the half-unit form, two otherwise."""
-    return THREADS // 2 if form == 2 else THREADS
+    if v == "0":
+        return WG_VARIANTS
+    return {cls: vs[:1] + (WG_FIX,) if cls == "n" else vs for cls, vs in WG_VARIANTS.items()}
 
 
 WG_MIN_ROWS = 17
@@ -157,13 +142,10 @@ def wg_min_k_wanted() -> dict | None:
     return WG_MIN_K if wg_setting() == "auto" else None
 
 
-def wg_smem(mt: int, pb: int, slots: int, c: int = 1, form: int = 0) -> int:
+def wg_smem(mt: int, pb: int, slots: int, c: int = 1) -> int:
     """pti_wg_mm's dynamic shared memory: the slots' barriers, the slots (a phase's weights, scales and
-    activation tiles), the running sums (C = 1) or the parked sums of the CTA's 8 / C slices; the half-unit
-    form: half the row groups a slot, its sums parked inside the ring."""
+    activation tiles), the running sums (C = 1) or the parked sums of the CTA's 8 / C slices."""
     nr = 8 * mt
-    if form == 2:
-        return 128 + slots * pb * (RING_GROUPS // 2 * 544 + nr * 64)
     return 128 + slots * pb * (RING_GROUPS * 544 + nr * 64) + (1 if c == 1 else 8 // c) * (nr // 2) * 256 * 4
 
 
@@ -431,8 +413,8 @@ class KernelBackend(Backend):
         (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT), CTAs a unit and whether
         they are the fixup form's (1) or a cluster."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
-        _, suffix, mt, _, _, c, form = next(v for v in self.wg_table[cls] if m <= v[0])
-        return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, form
+        _, suffix, mt, _, _, c, fix = next(v for v in self.wg_table[cls] if m <= v[0])
+        return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: each row scaled
@@ -741,17 +723,16 @@ class CudaBackend(KernelBackend):
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
         classes, self.wg_min_k, self.wg_table = wg_classes_wanted(), wg_min_k_wanted(), wg_variants()
         for cls in classes:
-            for _, suffix, mt, pb, slots, c, form in self.wg_table[cls]:
+            for _, suffix, mt, pb, slots, c, _ in self.wg_table[cls]:
                 for n in (wg_name(t, o, suffix) for t in ("bf16", "f16") for o in WG_OUTS):
                     if n in self.wg_funcs:   # (a form two classes share)
                         continue
                     f = self.wg_funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
-                    self.smem[n] = wg_smem(mt, pb, slots, c, form)
+                    self.smem[n] = wg_smem(mt, pb, slots, c)
                     _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                   self.smem[n]), f"shared memory of {n}")
                     set_carveout(driver, f, 100, n)
-                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, wg_threads(form), self.smem[n]),
-                           f"occupancy {n}") < 2:
+                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, self.smem[n]), f"occupancy {n}") < 2:
                         return
             self.wgmma = True
             self.wg_classes = classes[:classes.index(cls) + 1]
@@ -770,9 +751,8 @@ class CudaBackend(KernelBackend):
         packs, xs, ys = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live]
         invs, pins, tis = [invs[i] for i in live], [pins[i] for i in live], [tis[i] for i in live]
         rp = [p.ring for p in packs]
-        name, nr, c, form = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code, rp[0].rows)
+        name, nr, c, fix = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code, rp[0].rows)
         g, nb = rp[0].q.shape[:2]
-        units = g // RING_GROUPS * (2 if form == 2 else 1)   # (the half-unit form: units of 64 rows)
         if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 2 or x.data_ptr() % 4 for x in xs):
             xs = [x.contiguous() for x in xs]   # pti_wg_tiles: one row stride, 4-byte words
         per = nb * nr * 32   # a twin's tiles, bf16
@@ -797,17 +777,17 @@ class CudaBackend(KernelBackend):
             two([y.data_ptr() for y in ys])
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
         h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16")   # as Epilogue.args
-        outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, nr) + self._wg_fixup(units, nr, len(xs), form == 1)
-        launch_kernel(self._drv, self.wg_funcs[name], (units * c + n_inv, len(xs)), (wg_threads(form),), self.smem[name],
+        outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, nr) + self._wg_fixup(g // RING_GROUPS, nr, len(xs), fix)
+        launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS * c + n_inv, len(xs)), (THREADS,), self.smem[name],
                       stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16,
                                 pa, pb, epi.ng if pa else 0, float(epi.eps) if pa else 0.0, n_inv) + outs,
                                (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
                                + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)
                                + (ctypes.c_void_p,) * 4),
-                      self.pdl, f"launch {name}", cluster=c if c > 1 and form != 1 else 0)
+                      self.pdl, f"launch {name}", cluster=c if c > 1 and not fix else 0)
         return name
 
-    def _wg_fixup(self, units: int, nr: int, twins: int, fix: bool) -> tuple:
+    def _wg_fixup(self, units: int, nr: int, twins: int, fix: int) -> tuple:
         """The fixup form's arguments (PtiWgArgs.fixp, fixc, per twin): room for each CTA's slice sums
         ([unit][8 slices][nr / 2 elements][THREADS]) and each unit's count, zero (the kernel sets it back after
         each launch).  Kept per shape, for every later launch and graph; launches of one backend are ordered

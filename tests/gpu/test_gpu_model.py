@@ -607,7 +607,7 @@ def test_host_ring_decodes_as_the_copy(dev, backend, twins):
     assert outs[0] == outs[1]
 
 
-@pytest.mark.parametrize("narrow", ["auto", "1", "half"])
+@pytest.mark.parametrize("narrow", ["auto", "1"])
 @pytest.mark.parametrize("twins,n_seqs", [("a", 40), ("ab", 40), ("ab", 24)])
 def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, dev, backend, ops, monkeypatch):
     """At 40 sequences (20 a twin) or 24 of twins ab (12 a twin: WG_TWIN_MIN_ROWS), a 1024-wide model on the session's backend (PTI_WG_NARROW=auto: the Hopper
@@ -615,10 +615,9 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, dev, 
     output in their residual form): each Hopper matmul but layer 0's QKV (after the embedding) and the attention's
     output matrix (after the attention) reads tiles the launch before it laid out.  Logits bit-identical to
     PTI_WG_TILES=0 with PTI_WG_RESIDUAL=0 (the pti_wg_tiles launches, the policy's residual epilogue) and to a
-    sequence's pass alone (one row: the policy kernels).  half: every matrix, the clusters of 8 in the half-unit
-    forms (PTI_WG_HALF=nw), whose CTAs of 4 warps sum 8 rows' inv each."""
+    sequence's pass alone (one row: the policy kernels)."""
     from wg_helpers import backend_with_wgmma
-    be = backend if narrow == "auto" else backend_with_wgmma("1", "1", "0", "nw" if narrow == "half" else "0")
+    be = backend if narrow == "auto" else backend_with_wgmma("1", "1")
     shape = GpuShape(n_layers=2, dim=1024, ffn=3072, n_heads=8, n_kv_heads=2, vocab=6144)
     m = gpu_model(shape, dev, be, ops, twins=twins, graphs=False, max_seqs=40)
     seqs = [SeqRows(i, [t], 0, i % 2 if twins == "ab" else 0) for i, t in enumerate(prompt(n_seqs, shape.vocab, 7))]

@@ -337,16 +337,10 @@ def wg_fix_backend():
     return backend_with_wgmma("1", "1", "1")
 
 
-@pytest.fixture(scope="module")
-def wg_half_backend():
-    """The same with the half-unit forms for the clusters of 8 of both narrower classes (PTI_WG_HALF=nw)."""
-    return backend_with_wgmma("1", "1", "0", "nw")
-
-
-@pytest.fixture(params=["cluster", "fixup", "half"])
-def narrow_backend(request, wg_narrow_backend, wg_fix_backend, wg_half_backend):
-    """The narrower matrices' Hopper forms: the clusters', the fixup form at 33-64 rows, the half-unit forms."""
-    return {"cluster": wg_narrow_backend, "fixup": wg_fix_backend, "half": wg_half_backend}[request.param]
+@pytest.fixture(params=["cluster", "fixup"])
+def narrow_backend(request, wg_narrow_backend, wg_fix_backend):
+    """The narrower matrices' Hopper forms: the clusters', and the fixup form at 33-64 rows."""
+    return wg_narrow_backend if request.param == "cluster" else wg_fix_backend
 
 
 def hopper(backend) -> bool:
@@ -563,9 +557,7 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     distributed shared memory) on matrices of the narrower width classes: bit for bit the policy kernels'
     outputs, plain, silu(gate) * up, and scaled by each row's inv; one launch of a cluster form a call.  With
     PTI_WG_FIX=1, 33-64 rows of the narrow class take the fixup form (the 8 slices through global memory, the
-    unit's last CTA adding them), launch after launch on the same counts (each launch must leave them zero).
-    With PTI_WG_HALF=nw, the clusters of 8 take the half-unit forms (64 weight rows a cluster of one-warpgroup
-    CTAs).  Each form of the matrix's class serves some launch, and only those."""
+    unit's last CTA adding them), launch after launch on the same counts (each launch must leave them zero)."""
     be = narrow_backend
     if not hopper(be):
         return
@@ -603,9 +595,9 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
                 if not glu and not scaled:
                     for y, x, (q, d) in zip(got, xs, pairs):
                         check_close(y, x, q, d, k)
-    forms = [v[1] for v in be.wg_table[width_class(n / 16 / be.sm_count)]]   # its 17-32 and 33-64 row forms
-    assert len(calls) == launches and all(any(c.endswith("_" + f) for f in forms) for c in calls), calls
-    assert all(any(c.endswith("_" + f) for c in calls) for f in forms), (forms, calls)
+    fix = bool(be.wg_table["n"][1][6]) and width_class(n / 16 / be.sm_count) == "n"   # the narrow class's 64-row entry
+    assert len(calls) == launches and all(c.endswith("_g8") if fix and "_m8_" in c else "_c" in c for c in calls), calls
+    assert any(c.endswith("_g8") for c in calls) == bool(fix)
 
 
 def test_hopper_kernels_integer_cases_exact(wg_backend, wg_calls):
