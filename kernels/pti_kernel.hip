@@ -980,7 +980,8 @@ struct PtiWgArgs {
     const float* inv[2];  // each row's inv (the RMSNorm's scale, PtiArgs.inv), or null: none
     int M[2];
     int N, nb, ldy;
-    int h16;              // PtiArgs.h16: bit 0, silu(gate) * up comes out as h16; bit 1, h16 inputs give bf16
+    int h16;              // PtiArgs.h16: bit 0, silu(gate) * up comes out as h16; bit 1, h16 inputs give bf16;
+                          // bit 2, the residual form reads its x values before its first store (PTI_WG_X_FIRST)
     // The inv CTAs' form (PtiArgs.inv; the tiles written by the residual launch before, which set the inv
     // slots pending): the first n_inv CTAs (whole clusters) sum the rows' inv from the partial sums pin
     // into inv, 8 rows a CTA; the matmul's CTAs read the slots after their main loop, and a row still
@@ -1203,8 +1204,16 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         }
         return v;
     };
-    // element i out (and a GLU's up element i + 2)
-    auto out = [&](int i) {
+    // The residual form's x of element i, or 0.  Read ahead of the elements' stores (bit 2 of a.h16): a load
+    // behind a store to y waits for it, so element by element each x is one L2 round trip in turn (the fixup
+    // form's one-CTA epilogue: 32 a thread; docs/perf.md, sessions 31-32).
+    const bool x_first = TOUT == 0 && po != nullptr && (a.h16 & 4) != 0;
+    auto x_in = [&](int i) -> float {
+        const int m = 8 * (i >> 2) + 2 * t + (i & 1), n = rg * 16 + g + ((i & 2) ? 8 : 0);
+        return x_first && m < M && n < a.N ? __ldcg((const float*)y + (pti_u64)m * a.ldy + n) : 0.f;
+    };
+    // element i out (and a GLU's up element i + 2); xv: its x, read ahead (x_first)
+    auto out = [&](int i, float xv) {
         const int m = 8 * (i >> 2) + 2 * t + (i & 1);
         if (TOUT == 2) {   // PTI_GLU: gate row g with up row g + 8 of the row group (element i with i + 2)
             const int f = rg * 8 + g;
@@ -1225,7 +1234,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             if (inv) v = __fmul_rn(v, inv[m]);
             if (TOUT == 0 && po) {   // x += bf16(v); u = bf16(x * g); the new x kept for the partial sums
                 float* xp = (float*)y + (pti_u64)m * a.ldy + n;
-                const float nx = __fadd_rn(*xp, pti_bf16_to_f32(pti_f32_to_bf16(v)));
+                const float nx = __fadd_rn(x_first ? xv : *xp, pti_bf16_to_f32(pti_f32_to_bf16(v)));
                 *xp = nx;
                 unsigned short ub = pti_f32_to_bf16(__fmul_rn(nx, (twin ? a.g[1] : a.g[0])[n]));
                 if (a.h16 & 1) ub = pti_bf16_to_h16(ub);
@@ -1252,19 +1261,29 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         }
     };
     if (C == 1 || G) {
+        float xv[ND];
 #pragma unroll
-        for (int i = 0; i < ND; ++i) out(i);
+        for (int i = 0; i < ND; ++i) xv[i] = x_in(i);
+#pragma unroll
+        for (int i = 0; i < ND; ++i) out(i, xv[i]);
         partials();
         return;
     }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
     constexpr int NP = ND / 2 / C;
     static_assert(NP >= 1, "at least one element pair a rank");
+    float xv[2 * NP];   // (x is this launch's alone: read before the cluster barrier, to overlap it)
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
         const int pr = rank * NP + p, i = (pr >> 1) * 4 + (pr & 1);   // pair pr: elements i, i + 2
-        out(i);
-        if (TOUT != 2) out(i + 2);
+        xv[2 * p] = x_in(i);
+        xv[2 * p + 1] = x_in(i + 2);
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+        const int pr = rank * NP + p, i = (pr >> 1) * 4 + (pr & 1);
+        out(i, xv[2 * p]);
+        if (TOUT != 2) out(i + 2, xv[2 * p + 1]);
     }
     partials();
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");

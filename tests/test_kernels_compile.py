@@ -647,3 +647,23 @@ def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     assert fp.numel() == 2 * per and fp.dtype == torch.float32 and (fpa, fpb) == (fp.data_ptr(), fp.data_ptr() + 4 * per)
     assert fc.numel() == 64 and not fc.any() and (fca, fcb) == (fc.data_ptr(), fc.data_ptr() + 4 * 32)
     assert be._wg_fixup(32, 64, 1, 1) == (fpa, fpa, fca, fca) and len(be._fix) == 1   # one twin: A's, reused
+
+
+def test_hopper_x_first_setting(monkeypatch):
+    """PTI_WG_X_FIRST (1 unless 0; a clear error otherwise) sets bit 2 of the Hopper launch's h16 word, which
+    the kernel's residual form reads (x read ahead of the stores): the source tests that bit.  (Both settings'
+    bits: tests/gpu/test_kernels_gpu.py, the residual form's test.)"""
+    import re
+    from pti_cli.backends.compile import kernel_source
+    from pti_cli.backends.cuda import wg_x_first
+    from pti_cli.errors import PtiError
+    monkeypatch.delenv("PTI_WG_X_FIRST", raising=False)
+    assert wg_x_first() is True
+    monkeypatch.setenv("PTI_WG_X_FIRST", "0")
+    assert wg_x_first() is False
+    for bad in ("yes", "", "2"):
+        monkeypatch.setenv("PTI_WG_X_FIRST", bad)
+        with pytest.raises(PtiError, match="PTI_WG_X_FIRST"):
+            wg_x_first()
+    src = kernel_source()
+    assert re.search(r"x_first = TOUT == 0 && po != nullptr && \(a\.h16 & 4\) != 0;", src)

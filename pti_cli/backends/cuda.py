@@ -79,6 +79,15 @@ WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1, 0), (64, "m8", 8, 2, 4, 1, 0)),
 WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
 
 
+def wg_x_first() -> bool:
+    """PTI_WG_X_FIRST (default 1): the Hopper kernels' residual form reads all of a thread's x values before
+    its first store (bit 2 of PtiWgArgs.h16); 0: each just before its own stores, as before session 32."""
+    v = os.environ.get("PTI_WG_X_FIRST", "1")
+    if v not in ("0", "1"):
+        raise PtiError(f"PTI_WG_X_FIRST must be 0 or 1, not {v!r}")
+    return v == "1"
+
+
 def wg_variants() -> dict:
     """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1."""
     v = os.environ.get("PTI_WG_FIX", "0")
@@ -776,7 +785,7 @@ class CudaBackend(KernelBackend):
         (qa, qb), (sa, sb), (ya, yb) = two([p.q.data_ptr() for p in rp]), two([p.s.data_ptr() for p in rp]), \
             two([y.data_ptr() for y in ys])
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
-        h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16")   # as Epilogue.args
+        h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16") | 4 * wg_x_first()   # as Epilogue.args
         outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, nr) + self._wg_fixup(g // RING_GROUPS, nr, len(xs), fix)
         launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS * c + n_inv, len(xs)), (THREADS,), self.smem[name],
                       stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16,

@@ -458,15 +458,18 @@ def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_ba
     assert wg_calls == want_calls   # one launch a call, both twins in it
 
 
+@pytest.mark.parametrize("x_first", ["1", "0"])
 @pytest.mark.parametrize("twins", [1, 2])
 @pytest.mark.parametrize("h16", [False, True])
-def test_hopper_residual_form_gives_the_policy_bits(policy_backend, narrow_backend, monkeypatch, twins, h16):
+def test_hopper_residual_form_gives_the_policy_bits(policy_backend, narrow_backend, monkeypatch, twins, h16, x_first):
     """The Hopper kernels' residual form (Epilogue with uo, po, g: x += bf16(x W^T), u = bf16(x g), the partial
     sums of x^2; an h16 matrix: f16 inputs, u as h16) on a narrow matrix (clusters of 8), a wide one (of 4) and a
     tall one (one CTA a unit): the policy kernels' bits in x, u and the partial sums, the inv slots set pending,
     u also in the tile layout (Epilogue.to) where asked, and the inputs from tiles given (Epilogue.ti, the layout
-    a gate/up writes) as from the pti_wg_tiles launch.  Both forms of the narrower matrices (narrow_backend)."""
+    a gate/up writes) as from the pti_wg_tiles launch.  Both forms of the narrower matrices (narrow_backend), with
+    the x values read ahead of the stores (PTI_WG_X_FIRST=1, the default) and each before its own (0)."""
     be = narrow_backend
+    monkeypatch.setenv("PTI_WG_X_FIRST", x_first)
     if not hopper(be):
         return
     from pti_cli.backends.cuda import Epilogue
