@@ -1328,8 +1328,8 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     *(uint4*)(out + (pti_u64)j * nr * 32 + (r >> 3) * 256 + w * 64 + (r & 7) * 8) = v;
 }
 
-// pti_wg_{bf16,f16}_{f32,out,glu}_m{MT}[_c{C}]: bf16 or f16 (h16) inputs, MT tiles of 8 rows (17-32 rows:
-// m4, 33-64: m8), PB and S as measured best in scripts/wgmma_probe.py (docs/perf.md, sessions 26-27: on
+// pti_wg_{bf16,f16}_{f32,out,glu}_m{MT}[_c{C}]: bf16 or f16 (h16) inputs, MT tiles of 8 rows (9-16 rows of
+// the tall matrices: m2, session 32; 17-32 rows: m4, 33-64: m8), PB and S as measured best in scripts/wgmma_probe.py (docs/perf.md, sessions 26-27: on
 // 28672x4096 m4_w2_b4_r3_o2_c1_x1 and m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices:
 // m4_w2_b4_r3_o2_c4_x1, m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in
 // the fixup form (G) instead of a cluster.
@@ -1351,6 +1351,7 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     PTI_WG(pti_wg_##TY##_out_##SUFFIX, TIN, 1, MT, PB, S, C, G)          \
     PTI_WG(pti_wg_##TY##_glu_##SUFFIX, TIN, 2, MT, PB, S, C, G)
 #define PTI_WG_ALL(TY, TIN)                          \
+    PTI_WG_OUTS(TY, TIN, m2, 2, 4, 3, 1, 0)          \
     PTI_WG_OUTS(TY, TIN, m4, 4, 4, 3, 1, 0)          \
     PTI_WG_OUTS(TY, TIN, m8, 8, 2, 4, 1, 0)          \
     PTI_WG_OUTS(TY, TIN, m4_c4, 4, 4, 3, 4, 0)       \

@@ -365,7 +365,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
     entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX,)}
     assert inst == entries
     for cls, vs in WG_VARIANTS.items():
-        assert [v[0] for v in vs] == [32, 64] and all(8 % v[5] == 0 for v in vs), cls
+        assert [v[0] for v in vs] == ([16] if cls == "x" else []) + [32, 64] and all(8 % v[5] == 0 for v in vs), cls
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
     assert WG_FIX[5:] == (8, 1) and WG_FIX[2:5] == dict((v[1], v[2:5]) for v in WG_VARIANTS["n"])["m8_c8"]
 
@@ -433,8 +433,9 @@ def test_hopper_narrow_class_only_on_a_long_k():
     tall, wide, narrow = 32, 16, 8   # row groups (8, 4 and 2 a SM): width classes x, w (from 2.5 a SM) and n
     assert [be.wg_eligible(pack(g, 1024)) for g in (tall, wide, narrow)] == [True, True, False]
     assert be.wg_eligible(pack(narrow, 8192)) and not be.wg_eligible(pack(narrow, 8192 - 1024))
-    for p in (pack(tall, 1024), pack(wide, 1024), pack(narrow, 8192)):
-        assert [be.wg_ready([p], m) for m in (16, 17, 64, 65)] == [False, True, True, False]
+    for p, least in ((pack(tall, 1024), 9), (pack(wide, 1024), 17), (pack(narrow, 8192), 17)):
+        ms = (least - 1, least, 64, 65)   # one model: the tall class from 9 rows (WG_TALL_MIN_ROWS), the others 17
+        assert [be.wg_ready([p], m) for m in ms] == [False, True, True, False]
         assert be.wg_ready([p, p], 17)
     assert not be.wg_ready([pack(tall, 1024), pack(narrow, 1024)], 40)    # every pack must have its copy
     inv, pin = [torch.ones(40)], [torch.ones(40, 2)]
@@ -452,20 +453,28 @@ def test_hopper_session30_forms(monkeypatch):
     with or without invo and tiles given, never scaled; PTI_WG_RESIDUAL=0: the policy's); the plain matmul on tiles
     given (`pti bench --kernels`' "given" rows); and Epilogue.to_ok,
     the tiles a launch writes for the next matrix."""
-    from pti_cli.backends.cuda import WG_MIN_ROWS, WG_TWIN_MIN_ROWS, CudaBackend, Epilogue
+    from pti_cli.backends.cuda import WG_MIN_ROWS, WG_TALL_MIN_ROWS, WG_TWIN_MIN_ROWS, CudaBackend, Epilogue, width_class
     from pti_cli.backends.repack import Packed
     monkeypatch.delenv("PTI_WG_TWIN_MIN_ROWS", raising=False)
+    monkeypatch.delenv("PTI_WG_TALL_MIN_ROWS", raising=False)
     monkeypatch.delenv("PTI_WG_RESIDUAL", raising=False)
     be = object.__new__(CudaBackend)
     be.wgmma, be.sm_count, be.wg_classes, be.wg_min_k = True, 4, ("x", "w", "n"), None
     p = Packed(torch.zeros(32, 32, 32, 16, dtype=torch.int8), torch.zeros(32, 32, 8, dtype=torch.int32), 512, 1024)
     p.ring = p
-    assert WG_TWIN_MIN_ROWS < WG_MIN_ROWS
-    for m in (WG_TWIN_MIN_ROWS - 1, WG_TWIN_MIN_ROWS, WG_MIN_ROWS - 1, WG_MIN_ROWS):
-        assert be.wg_ready([p, p], m) == (m >= WG_TWIN_MIN_ROWS) and be.wg_ready([p], m) == (m >= WG_MIN_ROWS), m
+    narrow = Packed(torch.zeros(8, 32, 32, 16, dtype=torch.int8), torch.zeros(8, 32, 8, dtype=torch.int32), 128, 1024)
+    narrow.ring = narrow
+    assert width_class(p.rows / 16 / be.sm_count) == "x" and width_class(narrow.rows / 16 / be.sm_count) == "n"
+    assert WG_TWIN_MIN_ROWS <= WG_TALL_MIN_ROWS < WG_MIN_ROWS
+    for m in (WG_TWIN_MIN_ROWS - 1, WG_TWIN_MIN_ROWS, WG_TALL_MIN_ROWS - 1, WG_TALL_MIN_ROWS, WG_MIN_ROWS - 1, WG_MIN_ROWS):
+        assert be.wg_ready([p, p], m) == (m >= WG_TWIN_MIN_ROWS) and be.wg_ready([p], m) == (m >= WG_TALL_MIN_ROWS), m
+        assert be.wg_ready([narrow], m) == (m >= WG_MIN_ROWS), m   # one model of a narrower class: from 17
     monkeypatch.setenv("PTI_WG_TWIN_MIN_ROWS", "17")
     assert not be.wg_ready([p, p], 16) and be.wg_ready([p, p], 17)
+    monkeypatch.setenv("PTI_WG_TALL_MIN_ROWS", "17")
+    assert not be.wg_ready([p], 16) and be.wg_ready([p], 17)
     monkeypatch.delenv("PTI_WG_TWIN_MIN_ROWS")
+    monkeypatch.delenv("PTI_WG_TALL_MIN_ROWS")
     rows, tiles = [torch.ones(40)], [torch.zeros(1024 * 64, dtype=torch.bfloat16)]
     pin, uo, po, g = [torch.ones(40, 64)], [torch.ones(40, 512, dtype=torch.bfloat16)], [torch.ones(40, 32)], [torch.ones(512)]
     assert be.wg_ready([p], 40, Epilogue(64, pin=pin, inv=rows, ti=tiles))
@@ -481,6 +490,8 @@ def test_hopper_session30_forms(monkeypatch):
     out = Epilogue(32, to=[torch.zeros(512 * 64, dtype=torch.float16)], tnr=64)
     assert out.to_ok(512, 64) and out.to_ok(512, 33) and not out.to_ok(512, 65) and not out.to_ok(768, 64)
     assert not Epilogue(32, to=out.to, tnr=32).to_ok(512, 32)                     # [512 x 32] expected
+    sixteen = Epilogue(32, to=[torch.zeros(512 * 16, dtype=torch.bfloat16)], tnr=16)   # the tall class's m2 form
+    assert sixteen.to_ok(512, 16) and sixteen.to_ok(512, 9) and not sixteen.to_ok(512, 17)
     assert not Epilogue(32, to=[torch.zeros(512 * 64)], tnr=64).to_ok(512, 64)    # 16-bit only
     assert not Epilogue(32, to=[torch.zeros(512 * 48, dtype=torch.float16)], tnr=48).to_ok(512, 40)
 
@@ -637,6 +648,13 @@ def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     assert table["n"][0] == WG_VARIANTS["n"][0] and table["n"][1] == WG_FIX
     monkeypatch.setenv("PTI_WG_FIX", "yes")
     with pytest.raises(PtiError, match="PTI_WG_FIX"):
+        wg_variants()
+    monkeypatch.setenv("PTI_WG_FIX", "0")   # PTI_WG_M2=0: the tall class's 9-16 rows take its 32-row form
+    monkeypatch.setenv("PTI_WG_M2", "0")
+    assert wg_variants()["x"] == WG_VARIANTS["x"][1:] and WG_VARIANTS["x"][0][:2] == (16, "m2")
+    assert wg_variants()["n"] == WG_VARIANTS["n"] and wg_variants()["w"] == WG_VARIANTS["w"]
+    monkeypatch.setenv("PTI_WG_M2", "2")
+    with pytest.raises(PtiError, match="PTI_WG_M2"):
         wg_variants()
     be = object.__new__(CudaBackend)
     be.device, be._fix = torch.device("cpu"), {}

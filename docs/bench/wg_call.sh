@@ -20,13 +20,14 @@
 #              or the settings in SUM_CFGS, e.g. SUM_CFGS="w:0 auto:1 w:0 auto:1" (each run's JSON numbered)
 #     synth-all    pti bench --synthetic 8b --seqs 1,2,4,8,16,32,64 --twins a,ab (the README's table)
 #     synth-twin-min   sequences 16,24,32 of twins ab with PTI_WG_TWIN_MIN_ROWS from TWIN_MINS (default "17 9 17 9")
-#     synth-env    the same (sequences 32,64, twins a and ab) under each NAME=VALUE[,NAME=VALUE] of SYNTH_ENVS, in
-#              order (session 30: SYNTH_ENVS="PTI_WG_TILES=0,PTI_WG_RESIDUAL=0 PTI_WG_TILES=1 ...")
+#     synth-env    the same (sequences SYNTH_SEQS, default 32,64, twins a and ab) under each NAME=VALUE[,NAME=VALUE] of
+#              SYNTH_ENVS, in order (session 30: SYNTH_ENVS="PTI_WG_TILES=0,PTI_WG_RESIDUAL=0 PTI_WG_TILES=1 ...")
 #     kernels      pti bench --kernels (issue 4's table, with session 31's "given" rows); kernels16: --kernel-act f16
 #     clusters     scripts/wg_gap.py --clusters (session 31's next lead: which cluster sizes fit one wave)
 #     waves        64 rows of the cluster forms at 30, 32 and 60 units (session 31: one wave of clusters or two)
 #     fix-ab       pti bench --synthetic 8b --seqs 64 with PTI_WG_FIX=0 1 0 1, if fixtable's fixup form was faster
 #     fixtable     1 and 64 rows of the narrower matrices with PTI_WG_FIX=0 and 1 (the fixup form), PTI_WG_NARROW=1
+#     m2table      1, 9, 12, 16 and 32 rows of the tall matrices with session 31's 9-16 row paths and with the m2 form
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -114,7 +115,7 @@ synth-env)
   for cfg in ${SYNTH_ENVS:-PTI_WG_TILES=0 PTI_WG_TILES=1}; do
     i=$((i + 1))
     step "bench --synthetic 8b --twins a,ab $cfg"
-    env ${cfg//,/ } timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 32,64 --twins a,ab \
+    env ${cfg//,/ } timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs ${SYNTH_SEQS:-32,64} --twins a,ab \
         --repeats 3 --json "$OUT/synth_8b_ab_${cfg//[^A-Za-z0-9]/_}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done ;;
 synth-all)
@@ -147,6 +148,11 @@ fixtable)
   for fx in 0 1; do
     step "the fixup form: 1 and 64 rows, PTI_WG_NARROW=1 PTI_WG_FIX=$fx"
     PTI_WG_NARROW=1 PTI_WG_FIX=$fx ktable "$OUT/fix$fx.json" 4096x4096,4096x14336,6144x4096,3840x4096 1,64 q8,ssq16
+  done ;;
+m2table)
+  for cfg in "PTI_WG_TALL_MIN_ROWS=17 PTI_WG_M2=0" "PTI_WG_TALL_MIN_ROWS=9 PTI_WG_M2=1"; do
+    step "the tall class at 9-16 rows: $cfg (session 32)"
+    env $cfg ktable "$OUT/m2_${cfg//[^A-Za-z0-9]/_}.json" 28672x4096,49152x4096 1,9,12,16,32 q8,ssq16
   done ;;
 fix-ab)
   # only where the fixup form beat the clusters on down's shape (4096x14336, 64 rows, q8, tiles given)

@@ -68,7 +68,7 @@ ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # policy is as fast.  The narrower classes take the cluster forms (C > 1), where they are faster (WG_MIN_K below;
 # PTI_WG_NARROW, wg_setting).  Their matmul alone times as scripts/wgmma_probe.py's same forms since
 # session 29; their call pays one launch more (pti_wg_tiles), 2-4 us (docs/perf.md, session 29).
-WG_VARIANTS = {"x": ((32, "m4", 4, 4, 3, 1, 0), (64, "m8", 8, 2, 4, 1, 0)),
+WG_VARIANTS = {"x": ((16, "m2", 2, 4, 3, 1, 0), (32, "m4", 4, 4, 3, 1, 0), (64, "m8", 8, 2, 4, 1, 0)),
                "w": ((32, "m4_c4", 4, 4, 3, 4, 0), (64, "m8_c8", 8, 2, 4, 8, 0)),
                "n": ((32, "m4_c8", 4, 2, 4, 8, 0), (64, "m8_c8", 8, 2, 4, 8, 0))}
 # The fixup form (G = 1): m8_c8's CTAs without a cluster, the unit's last CTA adding the 8 slices' sums from
@@ -89,16 +89,24 @@ def wg_x_first() -> bool:
 
 
 def wg_variants() -> dict:
-    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1."""
-    v = os.environ.get("PTI_WG_FIX", "0")
-    if v not in ("0", "1"):
-        raise PtiError(f"PTI_WG_FIX must be 0 or 1, not {v!r}")
-    if v == "0":
-        return WG_VARIANTS
-    return {cls: vs[:1] + (WG_FIX,) if cls == "n" else vs for cls, vs in WG_VARIANTS.items()}
+    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1, and without the
+    tall class's 16-row form under PTI_WG_M2=0 (its 9-16 rows then take the 32-row form, for A/B runs)."""
+    v, m2 = os.environ.get("PTI_WG_FIX", "0"), os.environ.get("PTI_WG_M2", "1")
+    if v not in ("0", "1") or m2 not in ("0", "1"):
+        raise PtiError(f"PTI_WG_FIX and PTI_WG_M2 must be 0 or 1, not {v!r} and {m2!r}")
+    table = dict(WG_VARIANTS)
+    if m2 == "0":
+        table["x"] = tuple(e for e in table["x"] if e[1] != "m2")
+    if v == "1":
+        table["n"] = table["n"][:1] + (WG_FIX,)
+    return table
 
 
 WG_MIN_ROWS = 17
+# The tall class (gate/up, the head) from 9 rows of one model (its m2 form): at 16 rows the policy took 41.6 us
+# on 28672x4096 where the Hopper m4 form took 37.9 at 32 (docs/perf.md, sessions 31-32).  PTI_WG_TALL_MIN_ROWS
+# for A/B runs (17: session 31's).
+WG_TALL_MIN_ROWS = 9
 # A launch of two twins takes them from 9 rows a twin (past TWIN_KERNEL_MAX_ROWS, where the policy makes two
 # one-twin launches): +3.6% at 24 and 32 sequences of twins ab (docs/perf.md, session 30, item 3).
 WG_TWIN_MIN_ROWS = 9
@@ -289,9 +297,10 @@ class Epilogue:
         return self.inv_only()
 
     def to_ok(self, width: int, rows: int) -> bool:
-        """Whether `to` can take `rows` rows of `width` columns: 32 or 64 tile rows (tnr), at least `rows`,
-        whole 256-column blocks (pti_wg_tile_at), one contiguous 16-bit [width * tnr] tensor a twin."""
-        return (self.tnr in (32, 64) and rows <= self.tnr and width % 256 == 0
+        """Whether `to` can take `rows` rows of `width` columns: 16, 32 or 64 tile rows (tnr: the Hopper forms'
+        8 MT), at least `rows`, whole 256-column blocks (pti_wg_tile_at), one contiguous 16-bit [width * tnr]
+        tensor a twin."""
+        return (self.tnr in (16, 32, 64) and rows <= self.tnr and width % 256 == 0
                 and all(t.dtype.itemsize == 2 and t.is_contiguous() and t.numel() == width * self.tnr for t in self.to))
 
     def inv_form(self) -> bool:
@@ -431,8 +440,14 @@ class KernelBackend(Backend):
         for A/B runs)."""
         if epi is not None and epi.po and os.environ.get("PTI_WG_RESIDUAL", "1") == "0":
             return False
-        # the fewest rows (of the launch's largest twin): WG_TWIN_MIN_ROWS for two twins (PTI_WG_TWIN_MIN_ROWS, A/B)
-        least = int(os.environ.get("PTI_WG_TWIN_MIN_ROWS", WG_TWIN_MIN_ROWS)) if len(packs) == 2 else WG_MIN_ROWS
+        # the fewest rows (of the launch's largest twin): WG_TWIN_MIN_ROWS for two twins (PTI_WG_TWIN_MIN_ROWS, A/B),
+        # WG_TALL_MIN_ROWS for one of the tall class (PTI_WG_TALL_MIN_ROWS), else WG_MIN_ROWS
+        if len(packs) == 2:
+            least = int(os.environ.get("PTI_WG_TWIN_MIN_ROWS", WG_TWIN_MIN_ROWS))
+        elif width_class(packs[0].rows / 16 / self.sm_count) == "x":
+            least = int(os.environ.get("PTI_WG_TALL_MIN_ROWS", WG_TALL_MIN_ROWS))
+        else:
+            least = WG_MIN_ROWS
         return (least <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
                 and (epi is None or epi.wg_ok()))
 
@@ -564,7 +579,7 @@ class KernelBackend(Backend):
                 raise PtiError(f"{name}: a residual epilogue needs float32 outputs")
             if epi is not None and epi.to and not (epi.po and epi.to_ok(p0.rows, max(ms))):   # u in the tiles too
                 raise PtiError(f"{name}: tiles of u need a residual epilogue, 256-column blocks and "
-                               f"[{p0.rows} x 32 or 64] 16-bit tensors")
+                               f"[{p0.rows} x 16, 32 or 64] 16-bit tensors")
         elif epi is not None:
             raise PtiError(f"{name} has no norm epilogue")
         return g // rg + extra, vals, types

@@ -384,7 +384,7 @@ def test_hopper_kernels_give_the_policy_bits(policy_backend, wg_backend, wg_call
     mats = [rand_q8(n, k) for _ in range(twins)]
     plain, ring = load(backend, mats, k), rings(wg_backend, load(wg_backend, mats, k))
     assert all(p.ring is None for p in plain.packs)
-    ms = (17, 23, 32, 33, 50, 64) + ((9, 14) if twins == 2 else ())   # two twins: from 9 rows (WG_TWIN_MIN_ROWS)
+    ms = (9, 14, 16, 17, 23, 32, 33, 50, 64)   # from 9 rows: two twins (WG_TWIN_MIN_ROWS), one of a tall matrix (m2)
     for m in ms:
         for out_dtype in (torch.float32, torch.bfloat16):
             xs = [rand_x(m - 5 * t, k, torch.bfloat16) for t in range(twins)]   # twin B with fewer rows
@@ -427,7 +427,7 @@ def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_ba
         ring = wg_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu, h16=h16)
         assert all(p.ring is not None for p in ring.packs) and all(p.ring is None for p in plain.packs)
         cols = n // 2 if glu else n
-        for m in (17, 40, 64):
+        for m in (12, 17, 40, 64):   # (12: the tall class's m2 form, one twin or two)
             xs = [rand_x(m - 5 * t, k, torch.float16 if h16 else torch.bfloat16) for t in range(twins)]
             invs = [torch.rand(x.shape[0], generator=GEN).add(0.5).cuda() for x in xs]
             outs = [(torch.bfloat16, False), (torch.float16, True)] if glu else [(torch.float32, False), (torch.bfloat16, False)]
@@ -512,6 +512,29 @@ def test_hopper_residual_form_gives_the_policy_bits(policy_backend, narrow_backe
                         live = row_of_tiles(nr, n) < rows[t]
                         want = tile_layout(out["policy"][1][t].view(torch.int16), nr)
                         assert torch.equal(out[name][4][t].view(torch.int16)[live], want[live]), (name, n, m, t)
+
+
+@pytest.mark.parametrize("twins", [1, 2])
+def test_policy_residual_writes_16_row_tiles(policy_backend, twins):
+    """The policy kernels' residual epilogue at 9-16 rows, given 16-row tiles (the tall class's m2 form reads
+    them after it: Epilogue.to, tnr 16): u also in the tile layout, as tile_layout gives it from u."""
+    from pti_cli.backends.cuda import Epilogue
+    n, k = 1024, 2048
+    pairs = [rand_q8(n, k) for _ in range(twins)]
+    w = policy_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k)
+    g = [torch.rand(n, generator=GEN).add(0.5).cuda() for _ in range(twins)]
+    for m in (9, 16):
+        rows = [m - 3 * t for t in range(twins)]
+        xs = [rand_x(r, k, torch.bfloat16) for r in rows]
+        x = [torch.randn(r, n, generator=GEN).mul(3).cuda() for r in rows]
+        u = [torch.full((r, n), float("nan"), dtype=torch.bfloat16, device="cuda") for r in rows]
+        p = [torch.full((r, n // 16), float("nan"), device="cuda") for r in rows]
+        to = [torch.full((n * 16,), float("nan"), dtype=torch.bfloat16, device="cuda") for _ in rows]
+        policy_backend.matmul_epi(list(range(twins)), xs, w, x, Epilogue(n // 16, 0.0, uo=u, po=p, g=g, to=to, tnr=16))
+        for t, r in enumerate(rows):
+            assert not torch.isnan(u[t].float()).any() and not torch.isnan(p[t]).any()
+            live = row_of_tiles(16, n) < r
+            assert torch.equal(to[t].view(torch.int16)[live], tile_layout(u[t].view(torch.int16), 16)[live]), (m, t)
 
 
 @pytest.mark.parametrize("twins", [1, 2])
@@ -626,7 +649,7 @@ def test_hopper_kernels_batch_invariance_and_graph(wg_backend, wg_calls):
     w = rings(wg_backend, wg_backend.weight_from_q8([(q.cuda(), d.cuda())], k))
     row = rand_x(1, k, torch.bfloat16)
     alone = wg_backend.matmul(row, w, 0, out=poisoned(1, n, torch.float32))
-    for m in (17, 31, 32, 48, 64):
+    for m in (9, 16, 17, 31, 32, 48, 64):
         for p in sorted({0, m // 2, m - 1}):
             x = rand_x(m, k, torch.bfloat16)
             x[p] = row[0]
