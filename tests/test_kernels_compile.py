@@ -621,16 +621,19 @@ def test_tile_outputs_are_checked_before_a_launch():
                 Epilogue(n // 16, to=good, tnr=64, pin=[torch.zeros(m, k // 16)], inv=[torch.zeros(m)])):   # no residual
         with pytest.raises(PtiError, match="tiles"):
             be.launch_args(name if bad.po else "pti_mm_bf16_out_t1_r1_m8_u1_i1", [p], [x], [y], bad)
-    outs = CudaBackend._wg_outs(Epilogue(n // 16, **res, to=good, tnr=64), [0], n, False, [y], 64)
+    outs = CudaBackend._wg_outs(Epilogue(n // 16, **res, to=good, tnr=64), [0], n, False, [y], m)
     assert len(outs) == 11 and outs[-3:] == (good[0].data_ptr(), good[0].data_ptr(), 64)
     glu_tiles = [torch.zeros(n // 2 * 32, dtype=torch.float16)]   # silu(gate) * up: n / 2 columns
-    assert CudaBackend._wg_outs(Epilogue(k // 16, inv=[torch.ones(m)], to=glu_tiles, tnr=32), [0], n, True,
-                                [torch.zeros(m, n // 2, dtype=torch.float16)], 32)[-1] == 32
-    for epi, glu, nr in ((Epilogue(n // 16, **res, to=good, tnr=64), False, 32),          # the kernel's rows differ
-                         (Epilogue(k // 16, inv=[torch.ones(m)], to=good, tnr=64), False, 64),   # plain outputs
-                         (Epilogue(k // 16, inv=[torch.ones(m)], to=glu_tiles, tnr=32), True, 64)):
+    for rows in (12, 32):   # a 16-row (m2) gate/up may write the 32-row tiles of the down after it
+        assert CudaBackend._wg_outs(Epilogue(k // 16, inv=[torch.ones(rows)], to=glu_tiles, tnr=32), [0], n, True,
+                                    [torch.zeros(rows, n // 2, dtype=torch.float16)], rows)[-1] == 32
+    small = [torch.zeros(n * 16, dtype=torch.bfloat16)]
+    for epi, glu, rows in ((Epilogue(n // 16, **res, to=small, tnr=16), False, m),          # more rows than tiles
+                           (Epilogue(k // 16, inv=[torch.ones(m)], to=good, tnr=64), False, m),   # plain outputs
+                           (Epilogue(k // 16, inv=[torch.ones(m)], to=glu_tiles, tnr=32), True, m),  # 40 > 32
+                           (Epilogue(n // 16, **res, to=good, tnr=32), False, 32)):           # 64 rows' size
         with pytest.raises(PtiError, match="tiles"):
-            CudaBackend._wg_outs(epi, [0], n, glu, [y], nr)
+            CudaBackend._wg_outs(epi, [0], n, glu, [y], rows)
 
 
 def test_hopper_fixup_form_setting_and_buffers(monkeypatch):

@@ -152,7 +152,7 @@ fixtable)
 m2table)
   for cfg in "PTI_WG_TALL_MIN_ROWS=17 PTI_WG_M2=0" "PTI_WG_TALL_MIN_ROWS=9 PTI_WG_M2=1"; do
     step "the tall class at 9-16 rows: $cfg (session 32)"
-    env $cfg ktable "$OUT/m2_${cfg//[^A-Za-z0-9]/_}.json" 28672x4096,49152x4096 1,9,12,16,32 q8,ssq16
+    (export $cfg; ktable "$OUT/m2_${cfg//[^A-Za-z0-9]/_}.json" 28672x4096,49152x4096 1,9,12,16,32 q8,ssq16)
   done ;;
 fix-ab)
   # only where the fixup form beat the clusters on down's shape (4096x14336, 64 rows, q8, tiles given)

@@ -801,7 +801,7 @@ class CudaBackend(KernelBackend):
             two([y.data_ptr() for y in ys])
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
         h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16") | 4 * wg_x_first()   # as Epilogue.args
-        outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, nr) + self._wg_fixup(g // RING_GROUPS, nr, len(xs), fix)
+        outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, max(ma, mb)) + self._wg_fixup(g // RING_GROUPS, nr, len(xs), fix)
         launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS * c + n_inv, len(xs)), (THREADS,), self.smem[name],
                       stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16,
                                 pa, pb, epi.ng if pa else 0, float(epi.eps) if pa else 0.0, n_inv) + outs,
@@ -826,10 +826,11 @@ class CudaBackend(KernelBackend):
         return (fp.data_ptr(), fp.data_ptr() + 4 * per * (twins - 1), fc.data_ptr(), fc.data_ptr() + 4 * units * (twins - 1))
 
     @staticmethod
-    def _wg_outs(epi: Epilogue | None, live: list[int], rows: int, glu: bool, ys: list[torch.Tensor], nr: int) -> tuple:
+    def _wg_outs(epi: Epilogue | None, live: list[int], rows: int, glu: bool, ys: list[torch.Tensor], m: int) -> tuple:
         """pti_wg_mm's residual form's arguments (uo, po, g, invo, per twin) and its tile outputs (to, tnr):
-        u of the residual form, or silu(gate) * up, also in the tile layout of nr rows for the Hopper matmul
-        after it (Epilogue.to)."""
+        u of the residual form, or silu(gate) * up, also in the tile layout of tnr rows for the Hopper matmul
+        after it (Epilogue.to), which need not be this launch's own (a gate/up in the m2 form, 16 rows, before
+        a down in the 32-row form): the kernel places each of its m rows by tnr (pti_wg_tile_at)."""
         def two(ts):
             ts = [ts[i] for i in live] if ts else []
             return (ts[0].data_ptr(), ts[-1].data_ptr()) if ts else (0, 0)
@@ -841,9 +842,9 @@ class CudaBackend(KernelBackend):
                 raise PtiError("the Hopper kernels' residual form needs float32 rows, whole 128-row units and "
                                "float32 norm weights of one value a column")
         width = rows // 2 if glu else rows
-        if epi.to and not ((epi.po or glu) and epi.tnr == nr and epi.to_ok(width, nr)):
-            raise PtiError(f"the Hopper kernels write tiles of {nr} rows ([{width * nr}] 16-bit tensors) only "
-                           "from silu(gate) * up or the residual form, of 256-column blocks")
+        if epi.to and not ((epi.po or glu) and epi.to_ok(width, m)):
+            raise PtiError(f"the Hopper kernels write tiles of at least {m} rows (16, 32 or 64: [width x rows] 16-bit "
+                           "tensors) only from silu(gate) * up or the residual form, of 256-column blocks")
         return two(epi.uo) + two(epi.po) + two(epi.g) + two(epi.invo) + two(epi.to) + (epi.tnr if epi.to else 0,)
 
     def _launch_tiles(self, xs, tiles, nb: int, nr: int, pins: list, invs: list, epi: Epilogue | None, stream) -> None:

@@ -641,3 +641,30 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, dev, 
     for i in (0, 1, n_seqs - 1):
         _, alone = m.run_pass([seqs[i]], want_logits=True)
         assert torch.equal(alone[0], tiled[i]), i
+
+
+@pytest.mark.parametrize("twins,n_seqs", [("a", 12), ("ab", 24)])
+def test_tall_class_16_row_form_in_the_pass(twins, n_seqs, dev, backend, ops, monkeypatch):
+    """9-16 rows (a twin) of a tall gate/up (the Hopper kernels' m2 form, session 32): one model at 12 sequences
+    reads the 16-row tiles the attention's output matrix (policy) wrote; twins at 12 rows a twin write the
+    32-row tiles of the down after them (its cluster form).  Logits bit-identical to the policy kernels at these
+    rows (PTI_WG_TALL_MIN_ROWS=17, PTI_WG_TWIN_MIN_ROWS=17) and to a sequence's pass alone (one row)."""
+    shape = GpuShape(n_layers=2, dim=1024, ffn=8704, n_heads=8, n_kv_heads=2, vocab=6144)   # gate/up: 17408 rows
+    m = gpu_model(shape, dev, backend, ops, twins=twins, graphs=False, max_seqs=24)
+    seqs = [SeqRows(i, [t], 0, i % 2 if twins == "ab" else 0) for i, t in enumerate(prompt(n_seqs, shape.vocab, 9))]
+    names = []
+    real = backend.launch_wg
+    monkeypatch.setattr(backend, "launch_wg", lambda *a, **k: names.append(real(*a, **k)) or names[-1])
+    _, new = m.run_pass(seqs, want_logits=True)
+    if backend.wgmma:   # gate/up of both layers in the m2 form (and, for twins, down after it in a cluster form)
+        assert sum(n.endswith("_glu_m2") for n in names) == 2, names
+        assert any("_c8" in n for n in names) == (twins == "ab"), names
+    monkeypatch.setenv("PTI_WG_TALL_MIN_ROWS", "17")
+    monkeypatch.setenv("PTI_WG_TWIN_MIN_ROWS", "17")
+    names.clear()
+    _, old = m.run_pass(seqs, want_logits=True)
+    assert not names   # (read at each launch: every matrix on the policy kernels at 12 rows a twin)
+    assert all(torch.isfinite(t).all() and torch.equal(t, q) for t, q in zip(new, old))
+    for i in (0, n_seqs - 1):
+        _, alone = m.run_pass([seqs[i]], want_logits=True)
+        assert torch.equal(alone[0], new[i]), i

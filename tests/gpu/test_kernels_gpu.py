@@ -666,4 +666,5 @@ def test_hopper_kernels_batch_invariance_and_graph(wg_backend, wg_calls):
         g.replay()
         assert torch.equal(y, wg_backend.matmul(x, w, 0, out_dtype=torch.float32))
         check_close(y, x, q, d, k)
-    assert len(wg_calls) == 15 + 1 + 1 + 2   # eager placements, warm-up, capture, the replays' checks
+    placements = sum(len({0, m // 2, m - 1}) for m in (9, 16, 17, 31, 32, 48, 64))
+    assert len(wg_calls) == placements + 1 + 1 + 2   # eager placements, warm-up, capture, the replays' checks
