@@ -97,7 +97,7 @@ def tiles_given(backend, packs, m: int):
     model's launch before it writes them; random values (the time does not depend on them)."""
     from .backends.cuda import Epilogue
     ring = packs[0].ring
-    nr = backend.wg_kernel(m, backend.act_dtype, code=ring.code, rows=ring.rows)[1]
+    nr = backend.wg_kernel(m, backend.act_dtype, code=ring.code, rows=ring.rows, twins=len(packs))[1]
     per = ring.q.shape[1] * nr * 32
     return Epilogue(0, ti=[torch.randn(per, device=backend.device).to(backend.act_dtype) for _ in packs])
 
@@ -122,7 +122,7 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
         wg = variant is None and backend.wg_ready(sets[0], m)   # as KernelBackend._run
         # as matmul_twins: two one-twin launches past its row limit (unless a twin variant is asked for)
         split = twins == 2 and m > TWIN_KERNEL_MAX_ROWS and variant is None and not wg
-        name = backend.wg_kernel(m, backend.act_dtype, code=one.code, rows=n)[0] if wg else \
+        name = backend.wg_kernel(m, backend.act_dtype, code=one.code, rows=n, twins=twins)[0] if wg else \
             backend.kernel_name(1 if split else twins, m, backend.act_dtype, backend.act_dtype, variant, rows=n)
         if name not in backend.funcs and not wg:
             raise PtiError(f"no kernel {name}")

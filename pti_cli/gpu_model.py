@@ -153,7 +153,8 @@ class KernelLinear:
         if not self._wg_ready(parts):
             return 0
         ring = self.w.packs[self.w.plane[parts[0][0]]].ring
-        return self.backend.wg_kernel(max(hi - lo for _, lo, hi in parts), torch.float32, self.glu, ring.code, ring.rows)[1]
+        return self.backend.wg_kernel(max(hi - lo for _, lo, hi in parts), torch.float32, self.glu, ring.code, ring.rows,
+                                      len(parts))[1]
 
     def input_tiles(self, M: int, n_a: int) -> list | None:
         """Room for this matrix's M input rows in the Hopper kernels' tile layout, one tensor a twin, which the

@@ -688,3 +688,19 @@ def test_hopper_x_first_setting(monkeypatch):
             wg_x_first()
     src = kernel_source()
     assert re.search(r"x_first = TOUT == 0 && po != nullptr && \(a\.h16 & 4\) != 0;", src)
+
+
+def test_hopper_tall_16_row_form_is_for_one_model(monkeypatch):
+    """wg_kernel: 9-16 rows of one model of a tall matrix take the m2 form (16 tile rows), two twins the 32-row
+    form (m4, the one measured in the pass for them); PTI_WG_M2=0 gives one model m4 too; 17-32 rows m4."""
+    import torch as t
+    from pti_cli.backends.cuda import CudaBackend, wg_variants
+    monkeypatch.delenv("PTI_WG_FIX", raising=False)
+    for m2, one_model in (("1", ("pti_wg_bf16_glu_m2", 16)), ("0", ("pti_wg_bf16_glu_m4", 32))):
+        monkeypatch.setenv("PTI_WG_M2", m2)
+        be = object.__new__(CudaBackend)
+        be.sm_count, be.wg_table = 132, wg_variants()
+        assert be.wg_kernel(12, t.bfloat16, glu=True)[:2] == one_model
+        assert be.wg_kernel(16, t.bfloat16, glu=True, twins=2)[:2] == ("pti_wg_bf16_glu_m4", 32)
+        assert be.wg_kernel(17, t.float32)[:2] == be.wg_kernel(17, t.float32, twins=2)[:2] == ("pti_wg_bf16_f32_m4", 32)
+        assert be.wg_kernel(12, t.float32, rows=4096)[0].endswith("_m4_c8")   # the narrow class has no 16-row form

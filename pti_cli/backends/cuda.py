@@ -425,13 +425,15 @@ class KernelBackend(Backend):
         return p
 
     def wg_kernel(self, m: int, out: torch.dtype, glu: bool = False, code: str = "bf16",
-                  rows: int | None = None) -> tuple[str, int, int, int]:
-        """The Hopper kernel for m rows of a matrix of `rows` rows (wg_variants by its width class; None: a
-        tall one) and that encoding (repack.CODES: bf16 inputs, or f16 for f16 and h16) writing `out`
-        (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT), CTAs a unit and whether
-        they are the fixup form's (1) or a cluster."""
+                  rows: int | None = None, twins: int = 1) -> tuple[str, int, int, int]:
+        """The Hopper kernel for m rows (a twin) of `twins` twins of a matrix of `rows` rows (wg_variants by its
+        width class; None: a tall one) and that encoding (repack.CODES: bf16 inputs, or f16 for f16 and h16)
+        writing `out` (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT), CTAs a unit
+        and whether they are the fixup form's (1) or a cluster.  Two twins skip the 16-row form (m2): their
+        9-16 rows keep session 30's 32-row form, the one measured in the pass (m2 was measured only for one
+        model: docs/perf.md, session 32)."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
-        _, suffix, mt, _, _, c, fix = next(v for v in self.wg_table[cls] if m <= v[0])
+        _, suffix, mt, _, _, c, fix = next(v for v in self.wg_table[cls] if m <= v[0] and (twins == 1 or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
@@ -775,7 +777,7 @@ class CudaBackend(KernelBackend):
         packs, xs, ys = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live]
         invs, pins, tis = [invs[i] for i in live], [pins[i] for i in live], [tis[i] for i in live]
         rp = [p.ring for p in packs]
-        name, nr, c, fix = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code, rp[0].rows)
+        name, nr, c, fix = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code, rp[0].rows, len(xs))
         g, nb = rp[0].q.shape[:2]
         if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 2 or x.data_ptr() % 4 for x in xs):
             xs = [x.contiguous() for x in xs]   # pti_wg_tiles: one row stride, 4-byte words

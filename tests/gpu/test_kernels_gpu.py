@@ -396,7 +396,7 @@ def test_hopper_kernels_give_the_policy_bits(policy_backend, wg_backend, wg_call
                 else:
                     be.matmul_twins(xs[0], xs[1], w, outs=tuple(ys))
                 sink.extend(ys)
-            nr = wg_backend.wg_kernel(m, out_dtype)[1]
+            nr = wg_backend.wg_kernel(m, out_dtype, twins=twins)[1]
             given = [poisoned(x.shape[0], n, out_dtype) for x in xs]
             wg_backend.launch_wg(ring.packs, xs, given, False, Epilogue(0, ti=[tile_layout(x, nr) for x in xs]))
             for y, z, g, x, (q, d) in zip(got, want, given, xs, mats):
@@ -406,7 +406,8 @@ def test_hopper_kernels_give_the_policy_bits(policy_backend, wg_backend, wg_call
                 if out_dtype == torch.float32:
                     check_close(y, x, q, d, k)
     # one launch a call, both twins in it (and one for the tiles given)
-    assert wg_calls == [wg_backend.wg_kernel(m, o)[0] for m in ms for o in (torch.float32, torch.bfloat16) for _ in (0, 1)]
+    assert wg_calls == [wg_backend.wg_kernel(m, o, twins=twins)[0] for m in ms for o in (torch.float32, torch.bfloat16)
+                        for _ in (0, 1)]
 
 
 @pytest.mark.parametrize("twins", [1, 2])
@@ -445,7 +446,7 @@ def test_hopper_glu_and_inv_epilogues_give_the_policy_bits(policy_backend, wg_ba
                         be.matmul_epi(list(range(twins)), xs, w, ys, Epilogue(-(-k // 16), 0.0, inv=invs, h16=h16_out))
                     sink.extend(ys)
                 out_dt = torch.bfloat16 if dt is None and glu else torch.float32 if dt is None else dt
-                want_calls.append(wg_backend.wg_kernel(m, out_dt, glu, "h16" if h16 else "bf16")[0])
+                want_calls.append(wg_backend.wg_kernel(m, out_dt, glu, "h16" if h16 else "bf16", twins=twins)[0])
                 for y, z in zip(got, want):
                     assert not torch.isnan(y).any()
                     assert torch.equal(y.view(torch.int32 if y.dtype == torch.float32 else torch.int16),
