@@ -1329,10 +1329,11 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
 }
 
 // pti_wg_{bf16,f16}_{f32,out,glu}_m{MT}[_c{C}]: bf16 or f16 (h16) inputs, MT tiles of 8 rows (9-16 rows of
-// the tall matrices: m2, session 32; 17-32 rows: m4, 33-64: m8), PB and S as measured best in scripts/wgmma_probe.py (docs/perf.md, sessions 26-27: on
-// 28672x4096 m4_w2_b4_r3_o2_c1_x1 and m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices:
-// m4_w2_b4_r3_o2_c4_x1, m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in
-// the fixup form (G) instead of a cluster.
+// one model of the tall matrices: m2, session 32; 17-32 rows: m4, 33-64: m8), PB and S as measured best in
+// scripts/wgmma_probe.py (docs/perf.md, sessions 26-27: on 28672x4096 m4_w2_b4_r3_o2_c1_x1 and
+// m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices: m4_w2_b4_r3_o2_c4_x1,
+// m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in the fixup form (G)
+// instead of a cluster.
 #define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G)                                                        \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \

@@ -58,14 +58,15 @@ TWIN_KERNEL_MAX_ROWS = 8
 INV_VARIANTS = tuple(dict.fromkeys(v for lim, names in TC_VARIANTS[1] if lim > 8 for v in names.values()))
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
-# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, unless PTI_WGMMA=0): 17-64 rows (9-64: below) of tall
+# The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, unless PTI_WGMMA=0): 17-64 rows of tall
 # matrices (width class "x": an 8B model's gate/up and head), bf16 or f16 (h16) inputs, from a second copy
 # of the matrix in the ring layout (repack.ring_pack, Packed.ring), with the policy kernels' bits
 # (docs/perf.md, session 27: gate/up x1.30 and x1.84 of one row's time at 32 and 64 rows, the policy's
 # x1.94 and x3.36).  The copy doubles those matrices' memory: it is made only while RING_RESERVE of
 # the card's memory stays free.  By width class, then rows: (max rows, name suffix, tiles of 8 rows, blocks
-# a phase, ring slots, CTAs a unit C, fixup form G), as pti_kernel.hip's PTI_WG_ALL lines; at 9-16 rows the
-# narrower classes stay on the policy, the tall one takes m2 (WG_TALL_MIN_ROWS).  The narrower classes take the cluster forms (C > 1), where they are faster (WG_MIN_K below;
+# a phase, ring slots, CTAs a unit C, fixup form G), as pti_kernel.hip's PTI_WG_ALL lines.  At 9-16 rows of
+# one model the narrower classes stay on the policy and the tall one takes m2 (WG_TALL_MIN_ROWS, session 32).
+# The narrower classes take the cluster forms (C > 1), where they are faster (WG_MIN_K below;
 # PTI_WG_NARROW, wg_setting).  Their matmul alone times as scripts/wgmma_probe.py's same forms since
 # session 29; their call pays one launch more (pti_wg_tiles), 2-4 us (docs/perf.md, session 29).
 WG_VARIANTS = {"x": ((16, "m2", 2, 4, 3, 1, 0), (32, "m4", 4, 4, 3, 1, 0), (64, "m8", 8, 2, 4, 1, 0)),
