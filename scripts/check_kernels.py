@@ -34,8 +34,8 @@ def hopper_kernels() -> set[str]:
     """The Hopper kernels the CUDA backend loads on sm_90 (CudaBackend._load_wg), by default or under
     PTI_WG_FIX."""
     from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_VARIANTS, wg_name
-    return {"pti_wg_tiles"} | {wg_name(t, o, v[1]) for v in [v for vs in WG_VARIANTS.values() for v in vs] + [WG_FIX]
-                               for t in ("bf16", "f16") for o in WG_OUTS}
+    forms = [v for vs in WG_VARIANTS.values() for v in vs] + [WG_FIX]
+    return {"pti_wg_tiles"} | {wg_name(t, o, v[1]) for v in forms for t in ("bf16", "f16") for o in WG_OUTS}
 
 
 def load_nvrtc(lib_dir: Path) -> None:
