@@ -656,7 +656,7 @@ def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     monkeypatch.setenv("PTI_WG_M2", "0")
     assert wg_variants()["x"] == WG_VARIANTS["x"][1:] and WG_VARIANTS["x"][0][:2] == (16, "m2")
     assert wg_variants()["n"] == WG_VARIANTS["n"] and wg_variants()["w"] == WG_VARIANTS["w"]
-    monkeypatch.setenv("PTI_WG_M2", "2")
+    monkeypatch.setenv("PTI_WG_M2", "3")
     with pytest.raises(PtiError, match="PTI_WG_M2"):
         wg_variants()
     be = object.__new__(CudaBackend)
@@ -704,3 +704,7 @@ def test_hopper_tall_16_row_form_is_for_one_model(monkeypatch):
         assert be.wg_kernel(16, t.bfloat16, glu=True, twins=2)[:2] == ("pti_wg_bf16_glu_m4", 32)
         assert be.wg_kernel(17, t.float32)[:2] == be.wg_kernel(17, t.float32, twins=2)[:2] == ("pti_wg_bf16_f32_m4", 32)
         assert be.wg_kernel(12, t.float32, rows=4096)[0].endswith("_m4_c8")   # the narrow class has no 16-row form
+    monkeypatch.setenv("PTI_WG_M2", "2")   # A/B: two twins on m2 too
+    be.wg_table = wg_variants()
+    assert be.wg_kernel(16, t.bfloat16, glu=True, twins=2)[:2] == ("pti_wg_bf16_glu_m2", 16)
+    assert be.wg_kernel(17, t.bfloat16, glu=True, twins=2)[:2] == ("pti_wg_bf16_glu_m4", 32)

@@ -91,10 +91,11 @@ def wg_x_first() -> bool:
 
 def wg_variants() -> dict:
     """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1, and without the
-    tall class's 16-row form under PTI_WG_M2=0 (its 9-16 rows then take the 32-row form, for A/B runs)."""
+    tall class's 16-row form under PTI_WG_M2=0 (its 9-16 rows then take the 32-row form, for A/B runs;
+    PTI_WG_M2=2 gives it to two twins too: wg_kernel)."""
     v, m2 = os.environ.get("PTI_WG_FIX", "0"), os.environ.get("PTI_WG_M2", "1")
-    if v not in ("0", "1") or m2 not in ("0", "1"):
-        raise PtiError(f"PTI_WG_FIX and PTI_WG_M2 must be 0 or 1, not {v!r} and {m2!r}")
+    if v not in ("0", "1") or m2 not in ("0", "1", "2"):
+        raise PtiError(f"PTI_WG_FIX must be 0 or 1 and PTI_WG_M2 0, 1 or 2, not {v!r} and {m2!r}")
     table = dict(WG_VARIANTS)
     if m2 == "0":
         table["x"] = tuple(e for e in table["x"] if e[1] != "m2")
@@ -432,9 +433,10 @@ class KernelBackend(Backend):
         writing `out` (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT), CTAs a unit
         and whether they are the fixup form's (1) or a cluster.  Two twins skip the 16-row form (m2): their
         9-16 rows keep session 30's 32-row form, the one measured in the pass (m2 was measured only for one
-        model: docs/perf.md, session 32)."""
+        model: docs/perf.md, session 32; PTI_WG_M2=2 gives it to them too, for A/B runs)."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
-        _, suffix, mt, _, _, c, fix = next(v for v in self.wg_table[cls] if m <= v[0] and (twins == 1 or v[1] != "m2"))
+        m2_ok = twins == 1 or os.environ.get("PTI_WG_M2") == "2"
+        _, suffix, mt, _, _, c, fix = next(v for v in self.wg_table[cls] if m <= v[0] and (m2_ok or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
