@@ -758,6 +758,8 @@ class CudaBackend(KernelBackend):
                         continue
                     f = self.wg_funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                     self.smem[n] = wg_smem(mt, pb, slots, c)
+                    if suffix == "m2" and os.environ.get("PTI_WG_M2_CTAS") == "2":   # A/B (session 33): 2 CTAs a SM, not 3
+                        self.smem[n] = max(self.smem[n], wg_smem(8, 2, 4, 1))
                     _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                   self.smem[n]), f"shared memory of {n}")
                     set_carveout(driver, f, 100, n)
