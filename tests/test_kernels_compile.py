@@ -690,6 +690,24 @@ def test_hopper_x_first_setting(monkeypatch):
     assert re.search(r"x_first = TOUT == 0 && po != nullptr && \(a\.h16 & 4\) != 0;", src)
 
 
+def test_hopper_spread_holds_a_one_wave_grid_to_two_ctas_a_sm(monkeypatch):
+    """WG_SMEM_TWO is m8's shared memory: two CTAs of it fit a H100/H200 SM (228 KB, 1 KB reserved a CTA), three
+    do not, while m2's fits three; wg_launch_smem gives it to a launch of a form that has it only when the grid's
+    CTAs fit one wave of two a SM, and never under PTI_WG_SPREAD=0."""
+    from pti_cli.backends.cuda import CudaBackend, WG_SMEM_TWO, WG_VARIANTS, wg_smem
+    sm = 228 * 1024
+    m2 = next(v for v in WG_VARIANTS["x"] if v[1] == "m2")
+    assert WG_SMEM_TWO == wg_smem(8, 2, 4) and 2 * (WG_SMEM_TWO + 1024) <= sm < 3 * (WG_SMEM_TWO + 1024)
+    assert 3 * (wg_smem(*m2[2:6]) + 1024) <= sm
+    be = object.__new__(CudaBackend)
+    be.sm_count, be.smem, be.smem_two = 132, {"a_m2": wg_smem(*m2[2:6]), "a_m4": 93312}, {"a_m2": WG_SMEM_TWO}
+    monkeypatch.delenv("PTI_WG_SPREAD", raising=False)
+    assert [be.wg_launch_smem("a_m2", c) for c in (224, 264, 265, 448)] == [WG_SMEM_TWO] * 2 + [be.smem["a_m2"]] * 2
+    assert be.wg_launch_smem("a_m4", 224) == 93312
+    monkeypatch.setenv("PTI_WG_SPREAD", "0")
+    assert be.wg_launch_smem("a_m2", 224) == be.smem["a_m2"]
+
+
 def test_hopper_tall_16_row_form_is_for_one_model(monkeypatch):
     """wg_kernel: 9-16 rows of one model of a tall matrix take the m2 form (16 tile rows), two twins the 32-row
     form (m4, the one measured in the pass for them); PTI_WG_M2=0 gives one model m4 too; 17-32 rows m4."""

@@ -28,7 +28,9 @@
 #     fix-ab       pti bench --synthetic 8b --seqs 64 with PTI_WG_FIX=0 1 0 1, if fixtable's fixup form was faster
 #     fixtable     1 and 64 rows of the narrower matrices with PTI_WG_FIX=0 and 1 (the fixup form), PTI_WG_NARROW=1
 #     m2table      1, 9, 12, 16 and 32 rows of the tall matrices with session 31's 9-16 row paths and with the m2 form
-#     m2ctas       1, 9 and 16 rows (q8) of three tall matrices on m4, on m2, and on m2 at 2 CTAs a SM (PTI_WG_M2_CTAS=2)
+#     m2ctas       1, 9 and 16 rows (q8) of three tall matrices on m4, on m2 at 3 CTAs a SM (PTI_WG_SPREAD=0), and on
+#              m2 with its CTAs spread (two a SM where the grid fits one wave of them: wg_launch_smem); session 33's
+#              call 2 ran "PTI_WG_M2=1 PTI_WG_M2_CTAS=2" (every launch at two a SM) where SPREAD=1 is now
 #     tall16-test  tests/gpu/test_gpu_model.py -k tall_class_16, its output in the log
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
@@ -158,7 +160,7 @@ m2table)
   done ;;
 m2ctas)
   # session 33: m2 at 16 rows of gate/up was slower than m4 at 32 (43.1 / 37.8 us, tiles given); m2 fits 3 CTAs a SM
-  for cfg in "PTI_WG_M2=0" "PTI_WG_M2=1" "PTI_WG_M2=1 PTI_WG_M2_CTAS=2"; do
+  for cfg in ${M2CTAS_CFGS:-"PTI_WG_M2=0" "PTI_WG_SPREAD=0" "PTI_WG_SPREAD=1"}; do
     step "the tall class at 16 rows: $cfg"
     (export $cfg; ktable "$OUT/m2ctas_${cfg//[^A-Za-z0-9]/_}.json" 28672x4096,49152x4096,128256x4096 1,9,16 q8)
   done ;;

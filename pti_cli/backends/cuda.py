@@ -112,6 +112,11 @@ WG_TALL_MIN_ROWS = 9
 # A launch of two twins takes them from 9 rows a twin (past TWIN_KERNEL_MAX_ROWS, where the policy makes two
 # one-twin launches): +3.6% at 24 and 32 sequences of twins ab (docs/perf.md, session 30, item 3).
 WG_TWIN_MIN_ROWS = 9
+# Shared memory that holds a Hopper kernel to two CTAs a SM (m8's, wg_smem(8, 2, 4)).  The card does not spread
+# a grid evenly: 224 CTAs of m2 (28672x4096 at 16 rows), three a SM, took 43.7 us; two a SM, 33.5 (-23%); yet
+# 384 or 1002 CTAs (49152 and 128256 rows) were faster at three (52.5 / 56.6 us, 138.4 / 142.1: docs/perf.md,
+# session 33).  So a launch takes it only when its CTAs fit one wave of two (wg_launch_smem).
+WG_SMEM_TWO = 100480
 RING_RESERVE = 0.25   # of the card's memory, left free by the ring copies (the KV cache, the pass's buffers)
 
 
@@ -353,6 +358,7 @@ class KernelBackend(Backend):
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
+        self.smem_two: dict[str, int] = {}   # a Hopper kernel's that holds it to two CTAs a SM (wg_launch_smem)
         self._load_module()
 
     # -- loading weights ---------------------------------------------------
@@ -438,6 +444,14 @@ class KernelBackend(Backend):
         m2_ok = twins == 1 or os.environ.get("PTI_WG_M2") == "2"
         _, suffix, mt, _, _, c, fix = next(v for v in self.wg_table[cls] if m <= v[0] and (m2_ok or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
+
+    def wg_launch_smem(self, name: str, ctas: int) -> int:
+        """The dynamic shared memory of a launch of `ctas` CTAs of Hopper kernel `name`: a form that fits three CTAs
+        a SM (m2) gets WG_SMEM_TWO when the grid fits one wave of two, so that the CTAs spread over the SMs
+        (PTI_WG_SPREAD=0: never, for A/B runs)."""
+        if name in self.smem_two and ctas <= 2 * self.sm_count and os.environ.get("PTI_WG_SPREAD", "1") != "0":
+            return self.smem_two[name]
+        return self.smem[name]
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: each row scaled
@@ -758,13 +772,14 @@ class CudaBackend(KernelBackend):
                         continue
                     f = self.wg_funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
                     self.smem[n] = wg_smem(mt, pb, slots, c)
-                    if suffix == "m2" and os.environ.get("PTI_WG_M2_CTAS") == "2":   # A/B (session 33): 2 CTAs a SM, not 3
-                        self.smem[n] = max(self.smem[n], wg_smem(8, 2, 4, 1))
                     _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                  self.smem[n]), f"shared memory of {n}")
+                                                  max(self.smem[n], WG_SMEM_TWO)), f"shared memory of {n}")
                     set_carveout(driver, f, 100, n)
-                    if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, self.smem[n]), f"occupancy {n}") < 2:
+                    occupancy = lambda b: _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, b), f"occupancy {n}")
+                    if occupancy(self.smem[n]) < 2:
                         return
+                    if occupancy(self.smem[n]) > 2 and occupancy(WG_SMEM_TWO) == 2:
+                        self.smem_two[n] = WG_SMEM_TWO
             self.wgmma = True
             self.wg_classes = classes[:classes.index(cls) + 1]
 
@@ -809,7 +824,8 @@ class CudaBackend(KernelBackend):
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
         h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16") | 4 * wg_x_first()   # as Epilogue.args
         outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, max(ma, mb)) + self._wg_fixup(g // RING_GROUPS, nr, len(xs), fix)
-        launch_kernel(self._drv, self.wg_funcs[name], (g // RING_GROUPS * c + n_inv, len(xs)), (THREADS,), self.smem[name],
+        ctas = g // RING_GROUPS * c + n_inv
+        launch_kernel(self._drv, self.wg_funcs[name], (ctas, len(xs)), (THREADS,), self.wg_launch_smem(name, ctas * len(xs)),
                       stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16,
                                 pa, pb, epi.ng if pa else 0, float(epi.eps) if pa else 0.0, n_inv) + outs,
                                (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
