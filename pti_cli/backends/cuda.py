@@ -446,9 +446,9 @@ class KernelBackend(Backend):
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 
     def wg_launch_smem(self, name: str, ctas: int) -> int:
-        """The dynamic shared memory of a launch of `ctas` CTAs of Hopper kernel `name`: a form that fits three CTAs
-        a SM (m2) gets WG_SMEM_TWO when the grid fits one wave of two, so that the CTAs spread over the SMs
-        (PTI_WG_SPREAD=0: never, for A/B runs)."""
+        """The dynamic shared memory of a launch of `ctas` CTAs of Hopper kernel `name`: a form without clusters
+        that fits three CTAs a SM (m2) gets WG_SMEM_TWO when the grid fits one wave of two, so that the CTAs
+        spread over the SMs (PTI_WG_SPREAD=0: never, for A/B runs)."""
         if name in self.smem_two and ctas <= 2 * self.sm_count and os.environ.get("PTI_WG_SPREAD", "1") != "0":
             return self.smem_two[name]
         return self.smem[name]
@@ -778,7 +778,9 @@ class CudaBackend(KernelBackend):
                     occupancy = lambda b: _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, b), f"occupancy {n}")
                     if occupancy(self.smem[n]) < 2:
                         return
-                    if occupancy(self.smem[n]) > 2 and occupancy(WG_SMEM_TWO) == 2:
+                    # (not a cluster form: m4_c8 fits 45 clusters of 8 at three CTAs a SM, 30 at two, session 32;
+                    # held to two, down's 32 units at 32 rows ran in two waves, 26.4 -> 31.3 us, session 33)
+                    if c == 1 and occupancy(self.smem[n]) > 2 and occupancy(WG_SMEM_TWO) == 2:
                         self.smem_two[n] = WG_SMEM_TWO
             self.wgmma = True
             self.wg_classes = classes[:classes.index(cls) + 1]

@@ -418,6 +418,8 @@ def test_hopper_m2_spread_keeps_the_policy_bits(policy_backend, wg_backend, wg_c
     if not hopper(wg_backend):
         return
     from pti_cli.backends.cuda import WG_SMEM_TWO
+    # only the tall class's m2 (a cluster form held to two CTAs a SM fits fewer clusters at once)
+    assert wg_backend.smem_two and all(n.endswith("_m2") for n in wg_backend.smem_two), wg_backend.smem_two
     monkeypatch.setenv("PTI_WG_SPREAD", spread)
     k, spread_units = 1024, wg_backend.sm_count + 1
     for units in (spread_units, 2 * wg_backend.sm_count + 5):
