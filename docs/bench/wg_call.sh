@@ -32,6 +32,7 @@
 #              m2 with its CTAs spread (two a SM where the grid fits one wave of them: wg_launch_smem); session 33's
 #              call 2 ran "PTI_WG_M2=1 PTI_WG_M2_CTAS=2" (every launch at two a SM) where SPREAD=1 is now
 #     tall16-test  tests/gpu/test_gpu_model.py -k tall_class_16, its output in the log
+#     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -163,6 +164,12 @@ m2ctas)
   for cfg in ${M2CTAS_CFGS:-"PTI_WG_M2=0" "PTI_WG_SPREAD=0" "PTI_WG_SPREAD=1"}; do
     step "the tall class at 16 rows: $cfg"
     (export $cfg; ktable "$OUT/m2ctas_${cfg//[^A-Za-z0-9]/_}.json" 28672x4096,49152x4096,128256x4096 1,9,16 q8)
+  done ;;
+mmsmem)
+  # session 33's next lead: the policy kernels at one row held to fewer CTAs a SM (PTI_MM_SMEM: 0, then 2 and 1 a SM)
+  for v in ${MM_SMEMS:-0 34000 60000 0}; do
+    step "the small matrices at 1 and 8 rows, PTI_MM_SMEM=$v"
+    PTI_MM_SMEM=$v ktable "$OUT/mmsmem_$v.json" 6144x4096,4096x4096,4096x14336 1,8 q8,ssq16
   done ;;
 tall16-test)
   step "test_tall_class_16_row_form_in_the_pass"

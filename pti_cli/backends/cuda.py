@@ -699,6 +699,14 @@ def mm_carveout() -> int | None:
     return int(v)
 
 
+def mm_smem() -> int:
+    """PTI_MM_SMEM: bytes of shared memory the policy kernels ask at least (0, the default: their own)."""
+    v = os.environ.get("PTI_MM_SMEM", "0")
+    if not v.isdigit() or int(v) > 200 * 1024:
+        raise PtiError(f"PTI_MM_SMEM must be a number of bytes up to {200 * 1024}, not {v!r}")
+    return int(v)
+
+
 def set_carveout(driver, f, percent: int, what: str) -> None:
     """Ask for `percent` of the SM's shared memory when function f runs (the rest is L1)."""
     _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
@@ -749,7 +757,11 @@ class CudaBackend(KernelBackend):
                 if carveout is not None:
                     set_carveout(driver, f, carveout, n)
                 if n.startswith("pti_mm_"):
-                    self.smem[n] = SMEM_BYTES
+                    # PTI_MM_SMEM (bytes, A/B runs only, session 33): ask more to hold the policy kernels to fewer CTAs a SM
+                    self.smem[n] = max(SMEM_BYTES, mm_smem())
+                    if self.smem[n] > 48 * 1024:
+                        _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                      self.smem[n]), f"shared memory of {n}")
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
