@@ -690,6 +690,20 @@ def test_hopper_x_first_setting(monkeypatch):
     assert re.search(r"x_first = TOUT == 0 && po != nullptr && \(a\.h16 & 4\) != 0;", src)
 
 
+def test_mm_smem_setting(monkeypatch):
+    """PTI_MM_SMEM (A/B): bytes the policy kernels ask at least; a bad value is a PtiError, not a traceback."""
+    from pti_cli.backends.cuda import mm_smem
+    from pti_cli.errors import PtiError
+    monkeypatch.delenv("PTI_MM_SMEM", raising=False)
+    assert mm_smem() == 0
+    monkeypatch.setenv("PTI_MM_SMEM", "34000")
+    assert mm_smem() == 34000
+    for bad in ("-1", "lots", str(300 * 1024)):
+        monkeypatch.setenv("PTI_MM_SMEM", bad)
+        with pytest.raises(PtiError, match="PTI_MM_SMEM"):
+            mm_smem()
+
+
 def test_hopper_spread_holds_a_one_wave_grid_to_two_ctas_a_sm(monkeypatch):
     """WG_SMEM_TWO is m8's shared memory: two CTAs of it fit a H100/H200 SM (228 KB, 1 KB reserved a CTA), three
     do not, while m2's fits three; wg_launch_smem gives it to a launch of a form that has it only when the grid's
