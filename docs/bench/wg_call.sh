@@ -30,7 +30,8 @@
 #     m2table      1, 9, 12, 16 and 32 rows of the tall matrices with session 31's 9-16 row paths and with the m2 form
 #     m2ctas       1, 9 and 16 rows (q8) of three tall matrices on m4, on m2 at 3 CTAs a SM (PTI_WG_SPREAD=0), and on
 #              m2 with its CTAs spread (two a SM where the grid fits one wave of them: wg_launch_smem); session 33's
-#              call 2 ran "PTI_WG_M2=1 PTI_WG_M2_CTAS=2" (every launch at two a SM) where SPREAD=1 is now
+#              call 2 ran commit bf6dabd's "PTI_WG_M2=1 PTI_WG_M2_CTAS=2" (every m2 launch at two a SM, a setting
+#              since replaced by that rule) where SPREAD=1 is now
 #     tall16-test  tests/gpu/test_gpu_model.py -k tall_class_16, its output in the log
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).

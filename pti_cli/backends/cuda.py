@@ -112,11 +112,6 @@ WG_TALL_MIN_ROWS = 9
 # A launch of two twins takes them from 9 rows a twin (past TWIN_KERNEL_MAX_ROWS, where the policy makes two
 # one-twin launches): +3.6% at 24 and 32 sequences of twins ab (docs/perf.md, session 30, item 3).
 WG_TWIN_MIN_ROWS = 9
-# Shared memory that holds a Hopper kernel to two CTAs a SM (m8's, wg_smem(8, 2, 4)).  The card does not spread
-# a grid evenly: 224 CTAs of m2 (28672x4096 at 16 rows), three a SM, took 43.7 us; two a SM, 33.5 (-23%); yet
-# 384 or 1002 CTAs (49152 and 128256 rows) were faster at three (52.5 / 56.6 us, 138.4 / 142.1: docs/perf.md,
-# session 33).  So a launch takes it only when its CTAs fit one wave of two (wg_launch_smem).
-WG_SMEM_TWO = 100480
 RING_RESERVE = 0.25   # of the card's memory, left free by the ring copies (the KV cache, the pass's buffers)
 
 
@@ -171,6 +166,13 @@ def wg_smem(mt: int, pb: int, slots: int, c: int = 1) -> int:
     activation tiles), the running sums (C = 1) or the parked sums of the CTA's 8 / C slices."""
     nr = 8 * mt
     return 128 + slots * pb * (RING_GROUPS * 544 + nr * 64) + (1 if c == 1 else 8 // c) * (nr // 2) * 256 * 4
+
+
+# Shared memory that holds a Hopper kernel to two CTAs a SM (m8's).  The card does not spread a grid evenly: 224
+# CTAs of m2 (28672x4096 at 16 rows), three a SM, took 43.7 us; two a SM, 33.5 (-23%); yet 384 or 1002 CTAs
+# (49152 and 128256 rows) were faster at three (52.5 / 56.6 us, 138.4 / 142.1: docs/perf.md, session 33).  So a
+# launch takes it only when its CTAs fit one wave of two (wg_launch_smem).
+WG_SMEM_TWO = wg_smem(8, 2, 4)
 
 
 @dataclass
@@ -788,11 +790,12 @@ class CudaBackend(KernelBackend):
                                                   max(self.smem[n], WG_SMEM_TWO)), f"shared memory of {n}")
                     set_carveout(driver, f, 100, n)
                     occupancy = lambda b: _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, b), f"occupancy {n}")
-                    if occupancy(self.smem[n]) < 2:
+                    ctas_a_sm = occupancy(self.smem[n])
+                    if ctas_a_sm < 2:
                         return
                     # (not a cluster form: m4_c8 fits 45 clusters of 8 at three CTAs a SM, 30 at two, session 32;
                     # held to two, down's 32 units at 32 rows ran in two waves, 26.4 -> 31.3 us, session 33)
-                    if c == 1 and occupancy(self.smem[n]) > 2 and occupancy(WG_SMEM_TWO) == 2:
+                    if c == 1 and ctas_a_sm > 2 and occupancy(WG_SMEM_TWO) == 2:
                         self.smem_two[n] = WG_SMEM_TWO
             self.wgmma = True
             self.wg_classes = classes[:classes.index(cls) + 1]
