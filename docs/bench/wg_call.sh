@@ -33,6 +33,7 @@
 #              call 2 ran commit bf6dabd's "PTI_WG_M2=1 PTI_WG_M2_CTAS=2" (every m2 launch at two a SM, a setting
 #              since replaced by that rule) where SPREAD=1 is now
 #     tall16-test  tests/gpu/test_gpu_model.py -k tall_class_16, its output in the log
+#     twin-head    1, 9 and 16 rows a twin of gate/up and the head (ssq16) with PTI_WG_M2=1 (m4) and 2 (m2 for twins too)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
@@ -171,6 +172,13 @@ mmsmem)
   for v in ${MM_SMEMS:-0 34000 60000 0}; do
     step "the small matrices at 1 and 8 rows, PTI_MM_SMEM=$v"
     PTI_MM_SMEM=$v ktable "$OUT/mmsmem_$v.json" 6144x4096,4096x4096,4096x14336 1,8 q8,ssq16
+  done ;;
+twin-head)
+  # session 33's next lead: two twins on m2 (PTI_WG_M2=2) lost 1-2% in the model, but one model's head gains most
+  # from m2 (128256x4096 at 16 rows: 138 us against m4's 168); time both tall matrices for two twins both ways
+  for v in 1 2; do
+    step "two twins of the tall matrices at 9 and 16 rows a twin, PTI_WG_M2=$v"
+    PTI_WG_M2=$v ktable "$OUT/twin_head_m2_$v.json" 28672x4096,128256x4096 1,9,16 ssq16
   done ;;
 tall16-test)
   step "test_tall_class_16_row_form_in_the_pass"
