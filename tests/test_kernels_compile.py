@@ -704,22 +704,34 @@ def test_mm_smem_setting(monkeypatch):
             mm_smem()
 
 
-def test_hopper_spread_holds_a_one_wave_grid_to_two_ctas_a_sm(monkeypatch):
+def test_hopper_spread_holds_a_grid_to_two_ctas_a_sm_when_waves_allow(monkeypatch):
     """WG_SMEM_TWO is m8's shared memory: two CTAs of it fit a H100/H200 SM (228 KB, 1 KB reserved a CTA), three
-    do not, while m2's fits three; wg_launch_smem gives it to a launch of a form that has it only when the grid's
-    CTAs fit one wave of two a SM, and never under PTI_WG_SPREAD=0."""
+    do not, while m2's fits three; wg_launch_smem gives it to a launch of a form that has it only when the grid
+    runs in as many waves of two CTAs a SM as of three (PTI_WG_SPREAD=2, the default), when it fits one wave
+    of two (1), and never under PTI_WG_SPREAD=0."""
     from pti_cli.backends.cuda import CudaBackend, WG_SMEM_TWO, WG_VARIANTS, wg_smem
+    from pti_cli.errors import PtiError
     sm = 228 * 1024
     m2 = next(v for v in WG_VARIANTS["x"] if v[1] == "m2")
     assert WG_SMEM_TWO == wg_smem(8, 2, 4) and 2 * (WG_SMEM_TWO + 1024) <= sm < 3 * (WG_SMEM_TWO + 1024)
     assert 3 * (wg_smem(*m2[2:6]) + 1024) <= sm
     be = object.__new__(CudaBackend)
     be.sm_count, be.smem, be.smem_two = 132, {"a_m2": wg_smem(*m2[2:6]), "a_m4": 93312}, {"a_m2": WG_SMEM_TWO}
+    be.ctas_a_sm = {"a_m2": 3}
     monkeypatch.delenv("PTI_WG_SPREAD", raising=False)
-    assert [be.wg_launch_smem("a_m2", c) for c in (224, 264, 265, 448)] == [WG_SMEM_TWO] * 2 + [be.smem["a_m2"]] * 2
-    assert be.wg_launch_smem("a_m4", 224) == 93312
+    # as many waves at two a SM as at three: 1-264 (one) and 397-528 (two) CTAs; not 265-396 or 529 and more
+    grids = (1, 224, 264, 265, 396, 397, 448, 528, 529, 792, 1002, 2004)
+    two = [c for c in grids if be.wg_launch_smem("a_m2", c) == WG_SMEM_TWO]
+    assert two == [1, 224, 264, 397, 448, 528]
+    assert all(be.wg_launch_smem("a_m2", c) == be.smem["a_m2"] for c in grids if c not in two)
+    assert be.wg_launch_smem("a_m4", 224) == be.wg_launch_smem("a_m4", 448) == 93312
+    monkeypatch.setenv("PTI_WG_SPREAD", "1")   # session 33's rule: one wave of two only
+    assert [c for c in grids if be.wg_launch_smem("a_m2", c) == WG_SMEM_TWO] == [1, 224, 264]
     monkeypatch.setenv("PTI_WG_SPREAD", "0")
     assert be.wg_launch_smem("a_m2", 224) == be.smem["a_m2"]
+    monkeypatch.setenv("PTI_WG_SPREAD", "yes")
+    with pytest.raises(PtiError, match="PTI_WG_SPREAD"):
+        be.wg_launch_smem("a_m2", 224)
 
 
 def test_hopper_tall_16_row_form_is_for_one_model(monkeypatch):

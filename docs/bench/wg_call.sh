@@ -33,7 +33,9 @@
 #              call 2 ran commit bf6dabd's "PTI_WG_M2=1 PTI_WG_M2_CTAS=2" (every m2 launch at two a SM, a setting
 #              since replaced by that rule) where SPREAD=1 is now
 #     tall16-test  tests/gpu/test_gpu_model.py -k tall_class_16, its output in the log
-#     twin-head    1, 9 and 16 rows a twin of gate/up and the head (ssq16) with PTI_WG_M2=1 (m4) and 2 (m2 for twins too)
+#     twin-head    1, 9, 12 and 16 rows a twin of gate/up and the head (ssq16): m4 (PTI_WG_M2=1), m2 at three CTAs a SM
+#              (PTI_WG_M2=2 PTI_WG_SPREAD=1), m2 spread by the waves rule (PTI_WG_M2=2 PTI_WG_SPREAD=2); or TWIN_HEAD_CFGS
+#     v1sweep      the policy's one-row variants on gate/up, QKV and O (1 and 8 rows, q8 and ssq16)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
@@ -175,11 +177,26 @@ mmsmem)
   done ;;
 twin-head)
   # session 33's next lead: two twins on m2 (PTI_WG_M2=2) lost 1-2% in the model, but one model's head gains most
-  # from m2 (128256x4096 at 16 rows: 138 us against m4's 168); time both tall matrices for two twins both ways
-  for v in 1 2; do
-    step "two twins of the tall matrices at 9 and 16 rows a twin, PTI_WG_M2=$v"
-    PTI_WG_M2=$v ktable "$OUT/twin_head_m2_$v.json" 28672x4096,128256x4096 1,9,16 ssq16
+  # from m2 (128256x4096 at 16 rows: 138 us against m4's 168); time both tall matrices for two twins both ways.
+  # Session 34: m4 (M2=1), m2 at three CTAs a SM (M2=2 with session 33's spread rule, PTI_WG_SPREAD=1), and m2
+  # with the waves rule (PTI_WG_SPREAD=2, the default: gate/up's 448 CTAs at two a SM, two waves either way)
+  for cfg in ${TWIN_HEAD_CFGS:-"PTI_WG_M2=1" "PTI_WG_M2=2 PTI_WG_SPREAD=1" "PTI_WG_M2=2 PTI_WG_SPREAD=2"}; do
+    step "two twins of the tall matrices at 9, 12 and 16 rows a twin: $cfg"
+    (export $cfg; ktable "$OUT/twin_head_${cfg//[^A-Za-z0-9]/_}.json" 28672x4096,128256x4096 1,9,12,16 ssq16)
   done ;;
+v1sweep)
+  # session 34: the one-row variants of the policy on gate/up (its Q8 cell sits at 90%) and the two small matrices
+  step "one-row variants: 28672x4096, 6144x4096, 4096x4096 at 1 and 8 rows"
+  timeout 200 python3 - "$OUT/v1sweep.json" >> "$LOG" 2>&1 <<'PY'
+import json, sys
+from pti_cli.bench_kernels import bench_kernels, print_table
+res = bench_kernels(shapes=((28672, 4096), (6144, 4096), (4096, 4096)), ms=(1, 8),
+                    variants=("t1_r1_m1_u2", "t1_r1_m1_u4", "t1_r1_m1_u4_p1", "t1_r1_m1_u8", "t1_r2_m1_u4",
+                              "t2_r1_m1_u2", "t2_r1_m1_u2_p1", "t2_r2_m1_u2"))
+print_table(res)
+open(sys.argv[1], "w").write(json.dumps(res, indent=1))
+PY
+  ;;
 tall16-test)
   step "test_tall_class_16_row_form_in_the_pass"
   timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_gpu_model.py -k tall_class_16 2>&1 | tail -60 >> "$LOG" ;;

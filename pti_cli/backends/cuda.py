@@ -361,6 +361,7 @@ class KernelBackend(Backend):
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
         self.smem_two: dict[str, int] = {}   # a Hopper kernel's that holds it to two CTAs a SM (wg_launch_smem)
+        self.ctas_a_sm: dict[str, int] = {}   # those kernels' CTAs a SM at their own shared memory
         self._load_module()
 
     # -- loading weights ---------------------------------------------------
@@ -449,11 +450,17 @@ class KernelBackend(Backend):
 
     def wg_launch_smem(self, name: str, ctas: int) -> int:
         """The dynamic shared memory of a launch of `ctas` CTAs of Hopper kernel `name`: a form without clusters
-        that fits three CTAs a SM (m2) gets WG_SMEM_TWO when the grid fits one wave of two, so that the CTAs
-        spread over the SMs (PTI_WG_SPREAD=0: never, for A/B runs)."""
-        if name in self.smem_two and ctas <= 2 * self.sm_count and os.environ.get("PTI_WG_SPREAD", "1") != "0":
-            return self.smem_two[name]
-        return self.smem[name]
+        that fits three CTAs a SM (m2) gets WG_SMEM_TWO when its grid runs in as many waves at two CTAs a SM as
+        at its own occupancy (one wave of 224 or two of 448 CTAs, not 384 or 1002 on 132 SMs), so that the CTAs
+        spread over the SMs (PTI_WG_SPREAD=0: never; 1: session 33's rule, one wave of two only; for A/B runs)."""
+        v = os.environ.get("PTI_WG_SPREAD", "2")
+        if v not in ("0", "1", "2"):
+            raise PtiError(f"PTI_WG_SPREAD must be 0, 1 or 2, not {v!r}")
+        if name not in self.smem_two or v == "0":
+            return self.smem[name]
+        waves = lambda a_sm: -(-ctas // (a_sm * self.sm_count))
+        same = ctas <= 2 * self.sm_count if v == "1" else waves(2) == waves(self.ctas_a_sm[name])
+        return self.smem_two[name] if same else self.smem[name]
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: each row scaled
@@ -797,6 +804,7 @@ class CudaBackend(KernelBackend):
                     # held to two, down's 32 units at 32 rows ran in two waves, 26.4 -> 31.3 us, session 33)
                     if c == 1 and ctas_a_sm > 2 and occupancy(WG_SMEM_TWO) == 2:
                         self.smem_two[n] = WG_SMEM_TWO
+                        self.ctas_a_sm[n] = ctas_a_sm
             self.wgmma = True
             self.wg_classes = classes[:classes.index(cls) + 1]
 

@@ -410,25 +410,27 @@ def test_hopper_kernels_give_the_policy_bits(policy_backend, wg_backend, wg_call
                         for _ in (0, 1)]
 
 
-@pytest.mark.parametrize("spread", ["1", "0"])
+@pytest.mark.parametrize("spread", ["2", "1", "0"])
 def test_hopper_m2_spread_keeps_the_policy_bits(policy_backend, wg_backend, wg_calls, monkeypatch, spread):
-    """The m2 form (three CTAs a SM) held to two a SM where its grid fits one wave of two (wg_launch_smem,
-    PTI_WG_SPREAD=1) and not (0): the policy kernels' bits either way, on a tall matrix of 133 units (spread
-    when asked) and on one of 2 x sm_count + 5 (never spread)."""
+    """The m2 form (three CTAs a SM) held to two a SM where its grid runs in as many waves of two as of three
+    (wg_launch_smem, PTI_WG_SPREAD=2, the default), where it fits one wave of two (1) and never (0): the policy
+    kernels' bits either way, on tall matrices of sm_count + 1 units (one wave of two: spread under 1 and 2),
+    2 x sm_count + 5 (never) and 3 x sm_count + 5 (two waves either way: spread under 2)."""
     if not hopper(wg_backend):
         return
     from pti_cli.backends.cuda import WG_SMEM_TWO
     # only the tall class's m2 (a cluster form held to two CTAs a SM fits fewer clusters at once)
     assert wg_backend.smem_two and all(n.endswith("_m2") for n in wg_backend.smem_two), wg_backend.smem_two
+    assert set(wg_backend.ctas_a_sm) == set(wg_backend.smem_two) and min(wg_backend.ctas_a_sm.values()) == 3
     monkeypatch.setenv("PTI_WG_SPREAD", spread)
-    k, spread_units = 1024, wg_backend.sm_count + 1
-    for units in (spread_units, 2 * wg_backend.sm_count + 5):
+    k, sm = 1024, wg_backend.sm_count
+    spreads = {"2": (sm + 1, 3 * sm + 5), "1": (sm + 1,), "0": ()}[spread]
+    for units in (sm + 1, 2 * sm + 5, 3 * sm + 5):
         n = 128 * units
         mat = rand_q8(n, k)
         plain, ring = load(policy_backend, [mat], k), rings(wg_backend, load(wg_backend, [mat], k))
         name = wg_backend.wg_kernel(16, torch.float32)[0]
-        assert name.endswith("_m2") and (wg_backend.wg_launch_smem(name, units) == WG_SMEM_TWO) == (
-            spread == "1" and units == spread_units)
+        assert name.endswith("_m2") and (wg_backend.wg_launch_smem(name, units) == WG_SMEM_TWO) == (units in spreads)
         for m in (9, 16):
             x = rand_x(m, k, torch.bfloat16)
             y, z = poisoned(m, n, torch.float32), poisoned(m, n, torch.float32)
@@ -436,7 +438,7 @@ def test_hopper_m2_spread_keeps_the_policy_bits(policy_backend, wg_backend, wg_c
             policy_backend.matmul(x, plain, 0, out=z)
             assert torch.equal(y.view(torch.int32), z.view(torch.int32)), (units, m)
             check_close(y, x, *mat, k)
-    assert wg_calls == [name] * 4   # the Hopper kernels served every call
+    assert wg_calls == [name] * 6   # the Hopper kernels served every call
 
 
 @pytest.mark.parametrize("twins", [1, 2])
