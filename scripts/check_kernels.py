@@ -32,9 +32,9 @@ ARCHS = {"pti_kernel.hip": ("sm_80", "sm_90", "sm_90a"), "pti_ops.hip": ("sm_80"
 
 def hopper_kernels() -> set[str]:
     """The Hopper kernels the CUDA backend loads on sm_90 (CudaBackend._load_wg), by default or under
-    PTI_WG_FIX."""
-    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_VARIANTS, wg_name
-    forms = [v for vs in WG_VARIANTS.values() for v in vs] + [WG_FIX]
+    PTI_WG_FIX, two twins' forms included."""
+    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
+    forms = [v for table in (WG_VARIANTS, WG_TWIN_VARIANTS) for vs in table.values() for v in vs] + [WG_FIX]
     return {"pti_wg_tiles"} | {wg_name(t, o, v[1]) for v in forms for t in ("bf16", "f16") for o in WG_OUTS}
 
 

@@ -734,21 +734,53 @@ def test_hopper_spread_holds_a_grid_to_two_ctas_a_sm_when_waves_allow(monkeypatc
         be.wg_launch_smem("a_m2", 224)
 
 
-def test_hopper_tall_16_row_form_is_for_one_model(monkeypatch):
-    """wg_kernel: 9-16 rows of one model of a tall matrix take the m2 form (16 tile rows), two twins the 32-row
-    form (m4, the one measured in the pass for them); PTI_WG_M2=0 gives one model m4 too; 17-32 rows m4."""
+def test_hopper_twin_forms_of_the_narrow_class(monkeypatch):
+    """wg_kernel: two twins of the narrow class take clusters of 4 at 9-32 rows a twin (WG_TWIN_VARIANTS: m2_c4 at
+    9-16, m4_c4_b2 at 17-32 under PTI_WG_TWIN_FORMS=1, the default; m4_c4_b2 at 9-32 under 2; the class's own
+    m4_c8 under 0); one model never; 33-64 rows and the other classes keep their forms.  The forms fit three CTAs
+    a SM (so 64 clusters of 4 fit the H200's 92 at once) and their 8 slices split evenly over 4 ranks."""
+    import torch as t
+    from pti_cli.backends.cuda import CudaBackend, WG_TWIN_VARIANTS, wg_smem, wg_variants
+    from pti_cli.errors import PtiError
+    for _, suffix, mt, pb, slots, c, fix in WG_TWIN_VARIANTS["n"]:
+        assert c == 4 and not fix and 3 * (wg_smem(mt, pb, slots, c) + 1024) <= 228 * 1024 and (8 * mt // 2) // 2 >= c
+    monkeypatch.delenv("PTI_WG_FIX", raising=False)
+    be = object.__new__(CudaBackend)
+    be.sm_count, be.wg_table = 132, wg_variants()
+    name = lambda m, tw, rows=4096: be.wg_kernel(m, t.float32, rows=rows, twins=tw)   # noqa: E731
+    for setting, at16, at32 in ((None, "m2_c4", "m4_c4_b2"), ("1", "m2_c4", "m4_c4_b2"), ("2", "m4_c4_b2", "m4_c4_b2"),
+                                ("0", "m4_c8", "m4_c8")):
+        if setting is None:
+            monkeypatch.delenv("PTI_WG_TWIN_FORMS", raising=False)
+        else:
+            monkeypatch.setenv("PTI_WG_TWIN_FORMS", setting)
+        assert name(9, 2)[0].endswith("_" + at16) and name(16, 2)[0].endswith("_" + at16)
+        assert name(17, 2)[0].endswith("_" + at32) and name(32, 2)[0].endswith("_" + at32)
+        assert name(16, 2)[1:3] == ((16 if at16 == "m2_c4" else 32), 4 if at16 != "m4_c8" else 8)
+        assert name(16, 1)[0].endswith("_m4_c8") and name(33, 2)[0].endswith("_m8_c8")
+        assert name(16, 2, 6144)[0].endswith("_m4_c4") and name(16, 2, 28672)[0].endswith("_m2")
+    monkeypatch.setenv("PTI_WG_TWIN_FORMS", "c4")
+    with pytest.raises(PtiError, match="PTI_WG_TWIN_FORMS"):
+        name(16, 2)
+
+
+def test_hopper_tall_16_row_form_for_one_model_and_two_twins(monkeypatch):
+    """wg_kernel: 9-16 rows of a tall matrix take the m2 form (16 tile rows), one model or two twins (the default,
+    PTI_WG_M2=2); PTI_WG_M2=1 keeps two twins on the 32-row form (m4, session 33's path), PTI_WG_M2=0 one model
+    too; 17-32 rows m4; the narrow class has no 16-row form."""
     import torch as t
     from pti_cli.backends.cuda import CudaBackend, wg_variants
     monkeypatch.delenv("PTI_WG_FIX", raising=False)
-    for m2, one_model in (("1", ("pti_wg_bf16_glu_m2", 16)), ("0", ("pti_wg_bf16_glu_m4", 32))):
-        monkeypatch.setenv("PTI_WG_M2", m2)
+    m2, m4 = ("pti_wg_bf16_glu_m2", 16), ("pti_wg_bf16_glu_m4", 32)
+    for setting, one_model, twins in ((None, m2, m2), ("2", m2, m2), ("1", m2, m4), ("0", m4, m4)):
+        if setting is None:
+            monkeypatch.delenv("PTI_WG_M2", raising=False)
+        else:
+            monkeypatch.setenv("PTI_WG_M2", setting)
         be = object.__new__(CudaBackend)
         be.sm_count, be.wg_table = 132, wg_variants()
         assert be.wg_kernel(12, t.bfloat16, glu=True)[:2] == one_model
-        assert be.wg_kernel(16, t.bfloat16, glu=True, twins=2)[:2] == ("pti_wg_bf16_glu_m4", 32)
+        assert be.wg_kernel(16, t.bfloat16, glu=True, twins=2)[:2] == twins
         assert be.wg_kernel(17, t.float32)[:2] == be.wg_kernel(17, t.float32, twins=2)[:2] == ("pti_wg_bf16_f32_m4", 32)
-        assert be.wg_kernel(12, t.float32, rows=4096)[0].endswith("_m4_c8")   # the narrow class has no 16-row form
-    monkeypatch.setenv("PTI_WG_M2", "2")   # A/B: two twins on m2 too
-    be.wg_table = wg_variants()
-    assert be.wg_kernel(16, t.bfloat16, glu=True, twins=2)[:2] == ("pti_wg_bf16_glu_m2", 16)
-    assert be.wg_kernel(17, t.bfloat16, glu=True, twins=2)[:2] == ("pti_wg_bf16_glu_m4", 32)
+        assert be.wg_kernel(17, t.bfloat16, glu=True, twins=2)[:2] == m4
+        assert be.wg_kernel(12, t.float32, rows=4096)[0].endswith("_m4_c8")   # (two twins: the test above)

@@ -20,7 +20,7 @@
 #              or the settings in SUM_CFGS, e.g. SUM_CFGS="w:0 auto:1 w:0 auto:1" (each run's JSON numbered)
 #     synth-all    pti bench --synthetic 8b --seqs 1,2,4,8,16,32,64 --twins a,ab (the README's table)
 #     synth-twin-min   sequences 16,24,32 of twins ab with PTI_WG_TWIN_MIN_ROWS from TWIN_MINS (default "17 9 17 9")
-#     synth-env    the same (sequences SYNTH_SEQS, default 32,64, twins a and ab) under each NAME=VALUE[,NAME=VALUE] of
+#     synth-env    the same (sequences SYNTH_SEQS, default 32,64, twins SYNTH_TWINS, default a,ab) under each NAME=VALUE[,NAME=VALUE] of
 #              SYNTH_ENVS, in order (session 30: SYNTH_ENVS="PTI_WG_TILES=0,PTI_WG_RESIDUAL=0 PTI_WG_TILES=1 ...")
 #     kernels      pti bench --kernels (issue 4's table, with session 31's "given" rows); kernels16: --kernel-act f16
 #     clusters     scripts/wg_gap.py --clusters (session 31's next lead: which cluster sizes fit one wave)
@@ -35,6 +35,8 @@
 #     tall16-test  tests/gpu/test_gpu_model.py -k tall_class_16, its output in the log
 #     twin-head    1, 9, 12 and 16 rows a twin of gate/up and the head (ssq16): m4 (PTI_WG_M2=1), m2 at three CTAs a SM
 #              (PTI_WG_M2=2 PTI_WG_SPREAD=1), m2 spread by the waves rule (PTI_WG_M2=2 PTI_WG_SPREAD=2); or TWIN_HEAD_CFGS
+#     twin-narrow  two twins of down (4096x14336) and O (4096x4096, PTI_WG_NARROW=1) at 9-32 rows a twin with
+#              PTI_WG_TWIN_FORMS 0, 1 and 2 (or TWIN_FORMS_CFGS)
 #     v1sweep      the policy's one-row variants on gate/up, QKV and O (1 and 8 rows, q8 and ssq16)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
@@ -124,7 +126,7 @@ synth-env)
   for cfg in ${SYNTH_ENVS:-PTI_WG_TILES=0 PTI_WG_TILES=1}; do
     i=$((i + 1))
     step "bench --synthetic 8b --twins a,ab $cfg"
-    env ${cfg//,/ } timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs ${SYNTH_SEQS:-32,64} --twins a,ab \
+    env ${cfg//,/ } timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs ${SYNTH_SEQS:-32,64} --twins ${SYNTH_TWINS:-a,ab} \
         --repeats 3 --json "$OUT/synth_8b_ab_${cfg//[^A-Za-z0-9]/_}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done ;;
 synth-all)
@@ -183,6 +185,14 @@ twin-head)
   for cfg in ${TWIN_HEAD_CFGS:-"PTI_WG_M2=1" "PTI_WG_M2=2 PTI_WG_SPREAD=1" "PTI_WG_M2=2 PTI_WG_SPREAD=2"}; do
     step "two twins of the tall matrices at 9, 12 and 16 rows a twin: $cfg"
     (export $cfg; ktable "$OUT/twin_head_${cfg//[^A-Za-z0-9]/_}.json" 28672x4096,128256x4096 1,9,12,16 ssq16)
+  done ;;
+twin-narrow)
+  # session 34: two twins of the narrow class at 9-32 rows a twin in clusters of 4 at three CTAs a SM
+  # (PTI_WG_TWIN_FORMS 1: m2_c4 and m4_c4_b2; 2: m4_c4_b2; 0: m4_c8, session 33's); down, and O (PTI_WG_NARROW=1)
+  for v in ${TWIN_FORMS_CFGS:-0 1 2}; do
+    step "two twins of the narrow class at 9-32 rows a twin: PTI_WG_TWIN_FORMS=$v"
+    PTI_WG_TWIN_FORMS=$v ktable "$OUT/twin_narrow_$v.json" 4096x14336 1,9,12,16,17,32 ssq16
+    PTI_WG_TWIN_FORMS=$v PTI_WG_NARROW=1 ktable "$OUT/twin_narrow_o_$v.json" 4096x4096 1,16,32 ssq16
   done ;;
 v1sweep)
   # session 34: the one-row variants of the policy on gate/up (its Q8 cell sits at 90%) and the two small matrices

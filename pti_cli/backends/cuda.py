@@ -65,7 +65,8 @@ ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # x1.94 and x3.36).  The copy doubles those matrices' memory: it is made only while RING_RESERVE of
 # the card's memory stays free.  By width class, then rows: (max rows, name suffix, tiles of 8 rows, blocks
 # a phase, ring slots, CTAs a unit C, fixup form G), as pti_kernel.hip's PTI_WG_ALL lines.  At 9-16 rows of
-# one model the narrower classes stay on the policy and the tall one takes m2 (WG_TALL_MIN_ROWS, session 32).
+# one model the narrower classes stay on the policy and the tall one takes m2 (WG_TALL_MIN_ROWS, session 32);
+# two twins take m2 there too (session 34).
 # The narrower classes take the cluster forms (C > 1), where they are faster (WG_MIN_K below;
 # PTI_WG_NARROW, wg_setting).  Their matmul alone times as scripts/wgmma_probe.py's same forms since
 # session 29; their call pays one launch more (pti_wg_tiles), 2-4 us (docs/perf.md, session 29).
@@ -78,6 +79,21 @@ WG_VARIANTS = {"x": ((16, "m2", 2, 4, 3, 1, 0), (32, "m4", 4, 4, 3, 1, 0), (64, 
 # PTI_WG_FIX=1 gives the narrow class's 64-row entry to it (wg_variants): up to 41 units, about one wave of
 # CTAs; the wide class has more units than one wave holds either way.
 WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
+# Two twins of the narrow class at 9-32 rows a twin: clusters of 4 (two slices a CTA) at three CTAs a SM (PB 2),
+# so that a 4096-row matrix's 64 clusters (32 units a twin) fit one wave.  The card holds 92 clusters of 4 at
+# three CTAs a SM and 45 of 8 (docs/perf.md, session 32), so m4_c8's 64 clusters of 8 run in 1.4 waves.  Entries
+# as WG_VARIANTS'; wg_twin_forms picks them (PTI_WG_TWIN_FORMS).
+WG_TWIN_VARIANTS = {"n": ((16, "m2_c4", 2, 2, 4, 4, 0), (32, "m4_c4_b2", 4, 2, 3, 4, 0))}
+WG_TWIN_FORMS = {"0": (), "1": ("m2_c4", "m4_c4_b2"), "2": ("m4_c4_b2",)}
+
+
+def wg_twin_forms() -> tuple[str, ...]:
+    """PTI_WG_TWIN_FORMS, the WG_TWIN_VARIANTS forms two twins take: "1" (the default) both, m2_c4 at 9-16 rows a
+    twin and m4_c4_b2 at 17-32; "2" m4_c4_b2 at 9-32; "0" none (the class's own forms, as in session 33)."""
+    v = os.environ.get("PTI_WG_TWIN_FORMS", "1")
+    if v not in WG_TWIN_FORMS:
+        raise PtiError(f"PTI_WG_TWIN_FORMS must be 0, 1 or 2, not {v!r}")
+    return WG_TWIN_FORMS[v]
 
 
 def wg_x_first() -> bool:
@@ -92,8 +108,8 @@ def wg_x_first() -> bool:
 def wg_variants() -> dict:
     """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1, and without the
     tall class's 16-row form under PTI_WG_M2=0 (its 9-16 rows then take the 32-row form, for A/B runs;
-    PTI_WG_M2=2 gives it to two twins too: wg_kernel)."""
-    v, m2 = os.environ.get("PTI_WG_FIX", "0"), os.environ.get("PTI_WG_M2", "1")
+    PTI_WG_M2=1 keeps it from two twins, as in session 33: wg_kernel)."""
+    v, m2 = os.environ.get("PTI_WG_FIX", "0"), os.environ.get("PTI_WG_M2", "2")
     if v not in ("0", "1") or m2 not in ("0", "1", "2"):
         raise PtiError(f"PTI_WG_FIX must be 0 or 1 and PTI_WG_M2 0, 1 or 2, not {v!r} and {m2!r}")
     table = dict(WG_VARIANTS)
@@ -171,7 +187,9 @@ def wg_smem(mt: int, pb: int, slots: int, c: int = 1) -> int:
 # Shared memory that holds a Hopper kernel to two CTAs a SM (m8's).  The card does not spread a grid evenly: 224
 # CTAs of m2 (28672x4096 at 16 rows), three a SM, took 43.7 us; two a SM, 33.5 (-23%); yet 384 or 1002 CTAs
 # (49152 and 128256 rows) were faster at three (52.5 / 56.6 us, 138.4 / 142.1: docs/perf.md, session 33).  So a
-# launch takes it only when its CTAs fit one wave of two (wg_launch_smem).
+# launch takes it only when its CTAs run in as many waves of two as of three (wg_launch_smem): one wave of two
+# (224), or two twins' 448 CTAs of gate/up, two waves either way (75.8 -> 66.9 us at 16 rows a twin against the
+# 32-row form; session 34).
 WG_SMEM_TWO = wg_smem(8, 2, 4)
 
 
@@ -440,12 +458,17 @@ class KernelBackend(Backend):
         """The Hopper kernel for m rows (a twin) of `twins` twins of a matrix of `rows` rows (wg_variants by its
         width class; None: a tall one) and that encoding (repack.CODES: bf16 inputs, or f16 for f16 and h16)
         writing `out` (float32, or 16-bit), or silu(gate) * up (glu); its activation rows (8 MT), CTAs a unit
-        and whether they are the fixup form's (1) or a cluster.  Two twins skip the 16-row form (m2): their
-        9-16 rows keep session 30's 32-row form, the one measured in the pass (m2 was measured only for one
-        model: docs/perf.md, session 32; PTI_WG_M2=2 gives it to them too, for A/B runs)."""
+        and whether they are the fixup form's (1) or a cluster.  Two twins take the 16-row form (m2) too: their
+        gate/up's 448 CTAs run two waves at two CTAs a SM as at three (wg_launch_smem), 75.8 -> 66.9 us at 16 rows
+        a twin against the 32-row form, and twins ab gained 4-5% at 24 and 32 sequences (docs/perf.md, session
+        34; PTI_WG_M2=1 keeps two twins on the 32-row form, session 33's path, for A/B runs)."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
-        m2_ok = twins == 1 or os.environ.get("PTI_WG_M2") == "2"
-        _, suffix, mt, _, _, c, fix = next(v for v in self.wg_table[cls] if m <= v[0] and (m2_ok or v[1] != "m2"))
+        m2_ok = twins == 1 or os.environ.get("PTI_WG_M2", "2") == "2"
+        forms = self.wg_table[cls]
+        if twins == 2:   # two twins' own forms first (WG_TWIN_VARIANTS, PTI_WG_TWIN_FORMS)
+            picked = wg_twin_forms()
+            forms = tuple(v for v in WG_TWIN_VARIANTS.get(cls, ()) if v[1] in picked) + forms
+        _, suffix, mt, _, _, c, fix = next(v for v in forms if m <= v[0] and (m2_ok or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 
     def wg_launch_smem(self, name: str, ctas: int) -> int:
@@ -787,7 +810,7 @@ class CudaBackend(KernelBackend):
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
         classes, self.wg_min_k, self.wg_table = wg_classes_wanted(), wg_min_k_wanted(), wg_variants()
         for cls in classes:
-            for _, suffix, mt, pb, slots, c, _ in self.wg_table[cls]:
+            for _, suffix, mt, pb, slots, c, _ in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()):
                 for n in (wg_name(t, o, suffix) for t in ("bf16", "f16") for o in WG_OUTS):
                     if n in self.wg_funcs:   # (a form two classes share)
                         continue

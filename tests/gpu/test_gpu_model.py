@@ -643,12 +643,14 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, dev, 
         assert torch.equal(alone[0], tiled[i]), i
 
 
-@pytest.mark.parametrize("twins,n_seqs", [("a", 12), ("ab", 24)])
-def test_tall_class_16_row_form_in_the_pass(twins, n_seqs, dev, backend, ops, monkeypatch):
-    """9-16 rows (a twin) of a tall gate/up: one model at 12 sequences takes the Hopper kernels' m2 form (session
-    32) on the 16-row tiles the attention's output matrix (policy) wrote; twins at 12 rows a twin keep the 32-row
-    form (wg_kernel), which writes the 32-row tiles of the down after it (its cluster form).  Logits bit-identical to the policy kernels at these
-    rows (PTI_WG_TALL_MIN_ROWS=17, PTI_WG_TWIN_MIN_ROWS=17) and to a sequence's pass alone (one row)."""
+@pytest.mark.parametrize("twins,n_seqs,m2", [("a", 12, "2"), ("ab", 24, "2"), ("ab", 24, "1")])
+def test_tall_class_16_row_form_in_the_pass(twins, n_seqs, m2, dev, backend, ops, monkeypatch):
+    """9-16 rows (a twin) of a tall gate/up: one model at 12 sequences and twins at 12 rows a twin take the Hopper
+    kernels' m2 form (sessions 32 and 34) on the 16-row tiles the attention's output matrix (policy) wrote; twins
+    write the 32-row tiles of the down after it (its cluster form); PTI_WG_M2=1 keeps twins on the 32-row form
+    (session 33's path).  Logits bit-identical to the policy kernels at these rows (PTI_WG_TALL_MIN_ROWS=17,
+    PTI_WG_TWIN_MIN_ROWS=17) and to a sequence's pass alone (one row)."""
+    monkeypatch.setenv("PTI_WG_M2", m2)
     # gate/up 18432 rows (tall); down's K 9216, whole 1024-column phases of its 8 slices and past WG_MIN_K (8704,
     # session 32's first try, is neither: down stayed on the policy and the test failed on the GPU, session 33)
     shape = GpuShape(n_layers=2, dim=1024, ffn=9216, n_heads=8, n_kv_heads=2, vocab=6144)
@@ -659,8 +661,8 @@ def test_tall_class_16_row_form_in_the_pass(twins, n_seqs, dev, backend, ops, mo
     monkeypatch.setattr(backend, "launch_wg", lambda *a, **k: names.append(real(*a, **k)) or names[-1])
     _, new = m.run_pass(seqs, want_logits=True)
     if backend.wgmma:   # gate/up of both layers (and, for twins, down after it in a cluster form)
-        assert sum(n.endswith("_glu_m2" if twins == "a" else "_glu_m4") for n in names) == 2, names
-        assert any("_c8" in n for n in names) == (twins == "ab"), names
+        assert sum(n.endswith("_glu_m2" if twins == "a" or m2 == "2" else "_glu_m4") for n in names) == 2, names
+        assert any("_c8" in n or "_c4" in n for n in names) == (twins == "ab"), names   # (twins: m2_c4, session 34)
     monkeypatch.setenv("PTI_WG_TALL_MIN_ROWS", "17")
     monkeypatch.setenv("PTI_WG_TWIN_MIN_ROWS", "17")
     names.clear()

@@ -608,15 +608,18 @@ def test_residual_matrices_get_ring_copies(wg_narrow_backend):
         assert [p.ring is not None for p in lin.w.packs] == [True, True]
 
 
-@pytest.mark.parametrize("twins", [1, 2])
+@pytest.mark.parametrize("twins,twin_forms", [(1, "1"), (2, "1"), (2, "2"), (2, "0")])
 @pytest.mark.parametrize("n,k", [(4096, 2048), (6144, 1024), (4096, 4096)])
-def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backend, monkeypatch, n, k, twins):
+def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backend, monkeypatch, n, k, twins, twin_forms):
     """The cluster forms (PTI_WG_NARROW=1: a unit's slices over a cluster of CTAs, summed in slice order over
     distributed shared memory) on matrices of the narrower width classes: bit for bit the policy kernels'
     outputs, plain, silu(gate) * up, and scaled by each row's inv; one launch of a cluster form a call.  With
     PTI_WG_FIX=1, 33-64 rows of the narrow class take the fixup form (the 8 slices through global memory, the
-    unit's last CTA adding them), launch after launch on the same counts (each launch must leave them zero)."""
+    unit's last CTA adding them), launch after launch on the same counts (each launch must leave them zero).
+    Two twins of the narrow class at 9-32 rows a twin take their own clusters of 4 (PTI_WG_TWIN_FORMS 1 and 2:
+    m2_c4 and m4_c4_b2, session 34) or the class's clusters of 8 (0)."""
     be = narrow_backend
+    monkeypatch.setenv("PTI_WG_TWIN_FORMS", twin_forms)
     if not hopper(be):
         return
     from pti_cli.backends.cuda import Epilogue, width_class
@@ -655,6 +658,9 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
                         check_close(y, x, q, d, k)
     fix = bool(be.wg_table["n"][1][6]) and width_class(n / 16 / be.sm_count) == "n"   # the narrow class's 64-row entry
     assert len(calls) == launches and all(c.endswith("_g8") if fix and "_m8_" in c else "_c" in c for c in calls), calls
+    narrow_twins = twins == 2 and width_class(n / 16 / be.sm_count) == "n"
+    want = {"1": {"_m2_c4", "_m4_c4_b2"}, "2": {"_m4_c4_b2"}, "0": set()}[twin_forms] if narrow_twins else set()
+    assert {s for s in ("_m2_c4", "_m4_c4_b2") if any(c.endswith(s) for c in calls)} == want, calls
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
 
 
