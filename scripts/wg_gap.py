@@ -48,7 +48,7 @@ def resident_by_cluster_size(be) -> None:
     """How many clusters of 2, 4 and 8 of each Hopper form's resources the card holds at once (session 31: 30
     of 8 for m8_c8, so a 64-row launch of 32 units ran in two waves), next to the CTAs they make."""
     print(f"{'kernel':>18} " + " ".join(f"{'c' + str(c):>10}" for c in (2, 4, 8)) + "   (clusters / their CTAs)")
-    for suffix in ("m4_c4", "m4_c8", "m8_c8", "m2_c4", "m4_c4_b2"):
+    for suffix in ("m4_c4", "m4_c8", "m8_c8", "m2_c4"):
         name = cuda.wg_name("bf16", "out", suffix)
         cells = []
         for c in (2, 4, 8):

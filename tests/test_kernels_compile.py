@@ -734,31 +734,32 @@ def test_hopper_spread_holds_a_grid_to_two_ctas_a_sm_when_waves_allow(monkeypatc
         be.wg_launch_smem("a_m2", 224)
 
 
-def test_hopper_twin_forms_of_the_narrow_class(monkeypatch):
-    """wg_kernel: two twins of the narrow class take clusters of 4 at 9-32 rows a twin (WG_TWIN_VARIANTS: m2_c4 at
-    9-16, m4_c4_b2 at 17-32 under PTI_WG_TWIN_FORMS=1, the default; m4_c4_b2 at 9-32 under 2; the class's own
-    m4_c8 under 0); one model never; 33-64 rows and the other classes keep their forms.  The forms fit three CTAs
-    a SM (so 64 clusters of 4 fit the H200's 92 at once) and their 8 slices split evenly over 4 ranks."""
+def test_hopper_twin_form_of_the_narrow_class(monkeypatch):
+    """wg_kernel: two twins of the narrow class take clusters of 4 in the 16-row form at 9-16 rows a twin
+    (WG_TWIN_VARIANTS, m2_c4; PTI_WG_TWIN_FORMS=1, the default), the wide class too under 2, neither under 0 (the
+    classes' own m4_c8 / m4_c4); one model never; 17-64 rows and the tall class keep their forms.  The form fits
+    three CTAs a SM (so 64 clusters of 4 fit the H200's 92 at once) and its 8 slices split evenly over 4 ranks,
+    an element pair a rank."""
     import torch as t
-    from pti_cli.backends.cuda import CudaBackend, WG_TWIN_VARIANTS, wg_smem, wg_variants
+    from pti_cli.backends.cuda import CudaBackend, WG_TWIN_FORM, WG_TWIN_VARIANTS, wg_smem, wg_variants
     from pti_cli.errors import PtiError
-    for _, suffix, mt, pb, slots, c, fix in WG_TWIN_VARIANTS["n"]:
-        assert c == 4 and not fix and 3 * (wg_smem(mt, pb, slots, c) + 1024) <= 228 * 1024 and (8 * mt // 2) // 2 >= c
+    _, suffix, mt, pb, slots, c, fix = WG_TWIN_FORM
+    assert set(WG_TWIN_VARIANTS) == {"n", "w"} and all(v == (WG_TWIN_FORM,) for v in WG_TWIN_VARIANTS.values())
+    assert c == 4 and not fix and 3 * (wg_smem(mt, pb, slots, c) + 1024) <= 228 * 1024 and (8 * mt // 2) // 2 == c
     monkeypatch.delenv("PTI_WG_FIX", raising=False)
     be = object.__new__(CudaBackend)
     be.sm_count, be.wg_table = 132, wg_variants()
     name = lambda m, tw, rows=4096: be.wg_kernel(m, t.float32, rows=rows, twins=tw)   # noqa: E731
-    for setting, at16, at32 in ((None, "m2_c4", "m4_c4_b2"), ("1", "m2_c4", "m4_c4_b2"), ("2", "m4_c4_b2", "m4_c4_b2"),
-                                ("0", "m4_c8", "m4_c8")):
+    for setting, narrow, wide in ((None, True, False), ("1", True, False), ("2", True, True), ("0", False, False)):
         if setting is None:
             monkeypatch.delenv("PTI_WG_TWIN_FORMS", raising=False)
         else:
             monkeypatch.setenv("PTI_WG_TWIN_FORMS", setting)
-        assert name(9, 2)[0].endswith("_" + at16) and name(16, 2)[0].endswith("_" + at16)
-        assert name(17, 2)[0].endswith("_" + at32) and name(32, 2)[0].endswith("_" + at32)
-        assert name(16, 2)[1:3] == ((16 if at16 == "m2_c4" else 32), 4 if at16 != "m4_c8" else 8)
-        assert name(16, 1)[0].endswith("_m4_c8") and name(33, 2)[0].endswith("_m8_c8")
-        assert name(16, 2, 6144)[0].endswith("_m4_c4") and name(16, 2, 28672)[0].endswith("_m2")
+        for m in (9, 16):
+            assert name(m, 2) == (("pti_wg_bf16_f32_m2_c4", 16, 4, 0) if narrow else ("pti_wg_bf16_f32_m4_c8", 32, 8, 0))
+            assert name(m, 2, 6144)[0].endswith("_m2_c4" if wide else "_m4_c4")
+            assert name(m, 1)[0].endswith("_m4_c8") and name(m, 2, 28672)[0].endswith("_m2")
+        assert name(17, 2)[0].endswith("_m4_c8") and name(32, 2, 6144)[0].endswith("_m4_c4") and name(33, 2)[0].endswith("_m8_c8")
     monkeypatch.setenv("PTI_WG_TWIN_FORMS", "c4")
     with pytest.raises(PtiError, match="PTI_WG_TWIN_FORMS"):
         name(16, 2)

@@ -35,8 +35,9 @@
 #     tall16-test  tests/gpu/test_gpu_model.py -k tall_class_16, its output in the log
 #     twin-head    1, 9, 12 and 16 rows a twin of gate/up and the head (ssq16): m4 (PTI_WG_M2=1), m2 at three CTAs a SM
 #              (PTI_WG_M2=2 PTI_WG_SPREAD=1), m2 spread by the waves rule (PTI_WG_M2=2 PTI_WG_SPREAD=2); or TWIN_HEAD_CFGS
-#     twin-narrow  two twins of down (4096x14336) and O (4096x4096, PTI_WG_NARROW=1) at 9-32 rows a twin with
-#              PTI_WG_TWIN_FORMS 0, 1 and 2 (or TWIN_FORMS_CFGS)
+#     twin-narrow  two twins of down (4096x14336) and QKV (6144x4096) at 9-16 rows a twin with PTI_WG_TWIN_FORMS 0,
+#              1 and 2 (or TWIN_FORMS_CFGS); session 34's call 2 ran commit 4a550e7's (9-32 rows, a 32-row form since
+#              removed, and O under PTI_WG_NARROW=1)
 #     v1sweep      the policy's one-row variants on gate/up, QKV and O (1 and 8 rows, q8 and ssq16)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
@@ -187,12 +188,11 @@ twin-head)
     (export $cfg; ktable "$OUT/twin_head_${cfg//[^A-Za-z0-9]/_}.json" 28672x4096,128256x4096 1,9,12,16 ssq16)
   done ;;
 twin-narrow)
-  # session 34: two twins of the narrow class at 9-32 rows a twin in clusters of 4 at three CTAs a SM
-  # (PTI_WG_TWIN_FORMS 1: m2_c4 and m4_c4_b2; 2: m4_c4_b2; 0: m4_c8, session 33's); down, and O (PTI_WG_NARROW=1)
+  # session 34: two twins at 9-16 rows a twin in the 16-row form in clusters of 4 at three CTAs a SM (m2_c4):
+  # PTI_WG_TWIN_FORMS 0 (none: m4_c8 / m4_c4, session 33's), 1 (the narrow class: down), 2 (the wide class too: QKV)
   for v in ${TWIN_FORMS_CFGS:-0 1 2}; do
-    step "two twins of the narrow class at 9-32 rows a twin: PTI_WG_TWIN_FORMS=$v"
-    PTI_WG_TWIN_FORMS=$v ktable "$OUT/twin_narrow_$v.json" 4096x14336 1,9,12,16,17,32 ssq16
-    PTI_WG_TWIN_FORMS=$v PTI_WG_NARROW=1 ktable "$OUT/twin_narrow_o_$v.json" 4096x4096 1,16,32 ssq16
+    step "two twins of the narrower classes at 9-16 rows a twin: PTI_WG_TWIN_FORMS=$v"
+    PTI_WG_TWIN_FORMS=$v ktable "$OUT/twin_narrow_$v.json" 4096x14336,6144x4096 1,9,16 ssq16
   done ;;
 v1sweep)
   # session 34: the one-row variants of the policy on gate/up (its Q8 cell sits at 90%) and the two small matrices

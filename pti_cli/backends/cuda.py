@@ -79,21 +79,25 @@ WG_VARIANTS = {"x": ((16, "m2", 2, 4, 3, 1, 0), (32, "m4", 4, 4, 3, 1, 0), (64, 
 # PTI_WG_FIX=1 gives the narrow class's 64-row entry to it (wg_variants): up to 41 units, about one wave of
 # CTAs; the wide class has more units than one wave holds either way.
 WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
-# Two twins of the narrow class at 9-32 rows a twin: clusters of 4 (two slices a CTA) at three CTAs a SM (PB 2),
-# so that a 4096-row matrix's 64 clusters (32 units a twin) fit one wave.  The card holds 92 clusters of 4 at
-# three CTAs a SM and 45 of 8 (docs/perf.md, session 32), so m4_c8's 64 clusters of 8 run in 1.4 waves.  Entries
-# as WG_VARIANTS'; wg_twin_forms picks them (PTI_WG_TWIN_FORMS).
-WG_TWIN_VARIANTS = {"n": ((16, "m2_c4", 2, 2, 4, 4, 0), (32, "m4_c4_b2", 4, 2, 3, 4, 0))}
-WG_TWIN_FORMS = {"0": (), "1": ("m2_c4", "m4_c4_b2"), "2": ("m4_c4_b2",)}
+# Two twins at 9-16 rows a twin of the narrow class (down): clusters of 4 (two slices a CTA, 16 tile rows) at three
+# CTAs a SM (PB 2), so that a 4096-row matrix's 64 clusters (32 units a twin) fit one wave, where m4_c8's 64
+# clusters of 8 ran in 1.4 waves (the card holds 92 clusters of 4 at three CTAs a SM, 45 of 8: docs/perf.md,
+# sessions 32 and 34).  Down at 16 rows a twin 44.2 -> 42.9 us, twins ab +2.7% / +3.0% at 24 / 32 sequences
+# (session 34).  A 32-row form of the same kind (m4_c4_b2) was 15% slower than m4_c8 at 17-32 rows and was
+# removed.  The wide class (QKV) takes it only under PTI_WG_TWIN_FORMS=2 (wg_twin_classes), for A/B runs.
+# Entries as WG_VARIANTS'.
+WG_TWIN_FORM = (16, "m2_c4", 2, 2, 4, 4, 0)
+WG_TWIN_VARIANTS = {"n": (WG_TWIN_FORM,), "w": (WG_TWIN_FORM,)}
+WG_TWIN_CLASSES = {"0": (), "1": ("n",), "2": ("n", "w")}
 
 
-def wg_twin_forms() -> tuple[str, ...]:
-    """PTI_WG_TWIN_FORMS, the WG_TWIN_VARIANTS forms two twins take: "1" (the default) both, m2_c4 at 9-16 rows a
-    twin and m4_c4_b2 at 17-32; "2" m4_c4_b2 at 9-32; "0" none (the class's own forms, as in session 33)."""
+def wg_twin_classes() -> tuple[str, ...]:
+    """PTI_WG_TWIN_FORMS, the width classes whose two twins take WG_TWIN_VARIANTS at 9-16 rows a twin: "1" (the
+    default) the narrow one, "2" the wide one too, "0" none (the classes' own forms, as in session 33)."""
     v = os.environ.get("PTI_WG_TWIN_FORMS", "1")
-    if v not in WG_TWIN_FORMS:
+    if v not in WG_TWIN_CLASSES:
         raise PtiError(f"PTI_WG_TWIN_FORMS must be 0, 1 or 2, not {v!r}")
-    return WG_TWIN_FORMS[v]
+    return WG_TWIN_CLASSES[v]
 
 
 def wg_x_first() -> bool:
@@ -461,13 +465,13 @@ class KernelBackend(Backend):
         and whether they are the fixup form's (1) or a cluster.  Two twins take the 16-row form (m2) too: their
         gate/up's 448 CTAs run two waves at two CTAs a SM as at three (wg_launch_smem), 75.8 -> 66.9 us at 16 rows
         a twin against the 32-row form, and twins ab gained 4-5% at 24 and 32 sequences (docs/perf.md, session
-        34; PTI_WG_M2=1 keeps two twins on the 32-row form, session 33's path, for A/B runs)."""
+        34; PTI_WG_M2=1 keeps two twins on the 32-row form, session 33's path, for A/B runs).  Two twins of the
+        narrow class take their own 16-row form first (WG_TWIN_VARIANTS: clusters of 4, wg_twin_classes)."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
         m2_ok = twins == 1 or os.environ.get("PTI_WG_M2", "2") == "2"
         forms = self.wg_table[cls]
-        if twins == 2:   # two twins' own forms first (WG_TWIN_VARIANTS, PTI_WG_TWIN_FORMS)
-            picked = wg_twin_forms()
-            forms = tuple(v for v in WG_TWIN_VARIANTS.get(cls, ()) if v[1] in picked) + forms
+        if twins == 2 and cls in wg_twin_classes():   # two twins' own form first (WG_TWIN_VARIANTS)
+            forms = WG_TWIN_VARIANTS[cls] + forms
         _, suffix, mt, _, _, c, fix = next(v for v in forms if m <= v[0] and (m2_ok or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 

@@ -616,8 +616,8 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     outputs, plain, silu(gate) * up, and scaled by each row's inv; one launch of a cluster form a call.  With
     PTI_WG_FIX=1, 33-64 rows of the narrow class take the fixup form (the 8 slices through global memory, the
     unit's last CTA adding them), launch after launch on the same counts (each launch must leave them zero).
-    Two twins of the narrow class at 9-32 rows a twin take their own clusters of 4 (PTI_WG_TWIN_FORMS 1 and 2:
-    m2_c4 and m4_c4_b2, session 34) or the class's clusters of 8 (0)."""
+    Two twins at 9-16 rows a twin take the 16-row form in clusters of 4 (m2_c4, session 34): the narrow class's
+    (PTI_WG_TWIN_FORMS=1, the default), the wide class's too (2), or neither (0)."""
     be = narrow_backend
     monkeypatch.setenv("PTI_WG_TWIN_FORMS", twin_forms)
     if not hopper(be):
@@ -658,9 +658,8 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
                         check_close(y, x, q, d, k)
     fix = bool(be.wg_table["n"][1][6]) and width_class(n / 16 / be.sm_count) == "n"   # the narrow class's 64-row entry
     assert len(calls) == launches and all(c.endswith("_g8") if fix and "_m8_" in c else "_c" in c for c in calls), calls
-    narrow_twins = twins == 2 and width_class(n / 16 / be.sm_count) == "n"
-    want = {"1": {"_m2_c4", "_m4_c4_b2"}, "2": {"_m4_c4_b2"}, "0": set()}[twin_forms] if narrow_twins else set()
-    assert {s for s in ("_m2_c4", "_m4_c4_b2") if any(c.endswith(s) for c in calls)} == want, calls
+    cls = width_class(n / 16 / be.sm_count)
+    assert any(c.endswith("_m2_c4") for c in calls) == (twins == 2 and cls in {"1": "n", "2": "nw", "0": ""}[twin_forms]), calls
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
 
 
