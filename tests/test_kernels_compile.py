@@ -349,10 +349,11 @@ def test_hopper_setting_and_ring_reserve(monkeypatch):
 
 def test_hopper_kernel_names_match_the_kernel_source():
     """Every Hopper kernel the host loads is instantiated, for sm_90a only, with the tiles, blocks a phase,
-    slots and cluster size of its WG_VARIANTS entry, and the input and output types its name says."""
+    slots and cluster size of its WG_VARIANTS (or WG_TWIN_VARIANTS) entry, and the input and output types its
+    name says."""
     import re
     from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_VARIANTS, wg_name
+    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
     src = kernel_source()
     guard = src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
     assert "pti_wg_mm<" not in src[:guard]
@@ -363,7 +364,10 @@ def test_hopper_kernel_names_match_the_kernel_source():
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_WG_OUTS\(TY, TIN, (\w+), ([\d, ]+)\)", guarded)}
     entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX,)}
-    assert inst == entries
+    twin_entries = {v[1]: v[2:] for vs in WG_TWIN_VARIANTS.values() for v in vs}
+    assert not set(twin_entries) & set(entries) and inst == {**entries, **twin_entries}
+    # two twins' own forms: 16-row cluster forms of the narrower classes, ahead of their classes' own entries
+    assert set(WG_TWIN_VARIANTS) <= {"n", "w"} and all(v[0] == 16 and v[5] > 1 for vs in WG_TWIN_VARIANTS.values() for v in vs)
     for cls, vs in WG_VARIANTS.items():
         assert [v[0] for v in vs] == ([16] if cls == "x" else []) + [32, 64] and all(8 % v[5] == 0 for v in vs), cls
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
