@@ -1051,7 +1051,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // phase i into slot st: what 1 = the weights and scales (and the barrier's byte count, the tiles'
     // included), 2 = the tiles.  Its first block, from the CTA's first: i PB, and for the CTA's j-th slice
     // (rank + j C, j = i / nphs) C - 1 slices more per j.  j without a division (SASS, session 28: thread
-    // 0's I2F/MUFU/F2I in every phase's refill): the used C are 1, 4 and 8.
+    // 0's I2F/MUFU/F2I in every phase's refill): the used C are 1, 4 and 8 (2, m2_c2's A/B form, divides).
     auto fill = [&](int i, int st, int what) {
         const unsigned slot = wbase + st * SLOT, bar = full + 8 * st;
         const int j = SPC == 8 || SPC == 1 ? 0 : SPC == 2 ? (i >= nphs) : i / nphs;
@@ -1334,7 +1334,8 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
 // m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices: m4_w2_b4_r3_o2_c4_x1,
 // m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in the fixup form (G)
 // instead of a cluster.  m2_c4: two twins of the narrow class at 9-16 rows a twin, clusters of 4 at three CTAs a
-// SM (PB 2), so that a 4096-row matrix's 64 clusters fit one wave (session 34).
+// SM (PB 2), so that a 4096-row matrix's 64 clusters fit one wave (session 34); m2_c2 (A/B): clusters of 2 whose
+// shared memory (119 KB) holds them to one CTA a SM, so that they cannot pile up on some SMs.
 #define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G)                                                        \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
@@ -1360,7 +1361,8 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     PTI_WG_OUTS(TY, TIN, m4_c8, 4, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1)       \
-    PTI_WG_OUTS(TY, TIN, m2_c4, 2, 2, 4, 4, 0)
+    PTI_WG_OUTS(TY, TIN, m2_c4, 2, 2, 4, 4, 0)       \
+    PTI_WG_OUTS(TY, TIN, m2_c2, 2, 4, 4, 2, 0)
 PTI_WG_ALL(bf16, 0)
 PTI_WG_ALL(f16, 1)
 

@@ -740,27 +740,34 @@ def test_hopper_spread_holds_a_grid_to_two_ctas_a_sm_when_waves_allow(monkeypatc
 
 def test_hopper_twin_form_of_the_narrow_class(monkeypatch):
     """wg_kernel: two twins of the narrow class take clusters of 4 in the 16-row form at 9-16 rows a twin
-    (WG_TWIN_VARIANTS, m2_c4; PTI_WG_TWIN_FORMS=1, the default), the wide class too under 2, neither under 0 (the
-    classes' own m4_c8 / m4_c4); one model never; 17-64 rows and the tall class keep their forms.  The form fits
+    (WG_TWIN_SETTINGS, m2_c4; PTI_WG_TWIN_FORMS=1, the default), the wide class too under 2, neither under 0 (the
+    classes' own m4_c8 / m4_c4), the narrow class clusters of 2 under 3 (m2_c2, A/B); one model never; 17-64 rows and the tall class keep their forms.  The form fits
     three CTAs a SM (so 64 clusters of 4 fit the H200's 92 at once) and its 8 slices split evenly over 4 ranks,
     an element pair a rank."""
     import torch as t
-    from pti_cli.backends.cuda import CudaBackend, WG_TWIN_FORM, WG_TWIN_VARIANTS, wg_smem, wg_variants
+    from pti_cli.backends.cuda import (CudaBackend, WG_TWIN_FORM, WG_TWIN_FORM_C2, WG_TWIN_SETTINGS, WG_TWIN_VARIANTS,
+                                       wg_smem, wg_variants)
     from pti_cli.errors import PtiError
     _, suffix, mt, pb, slots, c, fix = WG_TWIN_FORM
-    assert set(WG_TWIN_VARIANTS) == {"n", "w"} and all(v == (WG_TWIN_FORM,) for v in WG_TWIN_VARIANTS.values())
+    assert WG_TWIN_VARIANTS == {"n": (WG_TWIN_FORM, WG_TWIN_FORM_C2), "w": (WG_TWIN_FORM,)}
     assert c == 4 and not fix and 3 * (wg_smem(mt, pb, slots, c) + 1024) <= 228 * 1024 and (8 * mt // 2) // 2 == c
+    # m2_c2 (PTI_WG_TWIN_FORMS=3): one CTA a SM by its shared memory, two element pairs a rank
+    _, _, mt, pb, slots, c, fix = WG_TWIN_FORM_C2
+    assert c == 2 and not fix and 228 * 1024 < 2 * (wg_smem(mt, pb, slots, c) + 1024) and (8 * mt // 2) // 2 == 2 * c
+    assert WG_TWIN_SETTINGS["3"] == {"n": WG_TWIN_FORM_C2}
     monkeypatch.delenv("PTI_WG_FIX", raising=False)
     be = object.__new__(CudaBackend)
     be.sm_count, be.wg_table = 132, wg_variants()
     name = lambda m, tw, rows=4096: be.wg_kernel(m, t.float32, rows=rows, twins=tw)   # noqa: E731
-    for setting, narrow, wide in ((None, True, False), ("1", True, False), ("2", True, True), ("0", False, False)):
+    for setting, narrow, wide in ((None, "m2_c4", False), ("1", "m2_c4", False), ("2", "m2_c4", True), ("0", None, False),
+                                  ("3", "m2_c2", False)):
         if setting is None:
             monkeypatch.delenv("PTI_WG_TWIN_FORMS", raising=False)
         else:
             monkeypatch.setenv("PTI_WG_TWIN_FORMS", setting)
         for m in (9, 16):
-            assert name(m, 2) == (("pti_wg_bf16_f32_m2_c4", 16, 4, 0) if narrow else ("pti_wg_bf16_f32_m4_c8", 32, 8, 0))
+            assert name(m, 2) == ((f"pti_wg_bf16_f32_{narrow}", 16, int(narrow[-1]), 0) if narrow
+                                  else ("pti_wg_bf16_f32_m4_c8", 32, 8, 0))
             assert name(m, 2, 6144)[0].endswith("_m2_c4" if wide else "_m4_c4")
             assert name(m, 1)[0].endswith("_m4_c8") and name(m, 2, 28672)[0].endswith("_m2")
         assert name(17, 2)[0].endswith("_m4_c8") and name(32, 2, 6144)[0].endswith("_m4_c4") and name(33, 2)[0].endswith("_m8_c8")

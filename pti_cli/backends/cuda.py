@@ -84,20 +84,26 @@ WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
 # clusters of 8 ran in 1.4 waves (the card holds 92 clusters of 4 at three CTAs a SM, 45 of 8: docs/perf.md,
 # sessions 32 and 34).  Down at 16 rows a twin 44.2 -> 42.9 us, twins ab +2.7% / +3.0% at 24 / 32 sequences
 # (session 34).  A 32-row form of the same kind (m4_c4_b2) was 15% slower than m4_c8 at 17-32 rows and was
-# removed.  The wide class (QKV) takes it only under PTI_WG_TWIN_FORMS=2 (wg_twin_classes), for A/B runs.
-# Entries as WG_VARIANTS'.
+# removed.  The wide class (QKV) takes it only under PTI_WG_TWIN_FORMS=2, for A/B runs.  ncu showed its clusters
+# landing unevenly (some SMs with no CTA, others with three: session 34, item 3), hence m2_c2 under
+# PTI_WG_TWIN_FORMS=3, for A/B runs: clusters of 2 whose shared memory holds them to one CTA a SM (64 clusters of
+# a 4096-row matrix's two twins over 128 SMs).  Entries as WG_VARIANTS'.
 WG_TWIN_FORM = (16, "m2_c4", 2, 2, 4, 4, 0)
-WG_TWIN_VARIANTS = {"n": (WG_TWIN_FORM,), "w": (WG_TWIN_FORM,)}
-WG_TWIN_CLASSES = {"0": (), "1": ("n",), "2": ("n", "w")}
+WG_TWIN_FORM_C2 = (16, "m2_c2", 2, 4, 4, 2, 0)
+# By PTI_WG_TWIN_FORMS: each width class's two-twin form (wg_twin_forms)
+WG_TWIN_SETTINGS = {"0": {}, "1": {"n": WG_TWIN_FORM}, "2": {"n": WG_TWIN_FORM, "w": WG_TWIN_FORM},
+                    "3": {"n": WG_TWIN_FORM_C2}}
+WG_TWIN_VARIANTS = {cls: tuple(dict.fromkeys(f[cls] for f in WG_TWIN_SETTINGS.values() if cls in f)) for cls in ("n", "w")}
 
 
-def wg_twin_classes() -> tuple[str, ...]:
-    """PTI_WG_TWIN_FORMS, the width classes whose two twins take WG_TWIN_VARIANTS at 9-16 rows a twin: "1" (the
-    default) the narrow one, "2" the wide one too, "0" none (the classes' own forms, as in session 33)."""
+def wg_twin_forms() -> dict:
+    """PTI_WG_TWIN_FORMS, the form two twins of each width class take at 9-16 rows a twin (WG_TWIN_SETTINGS):
+    "1" (the default) m2_c4 for the narrow class, "2" for the wide one too, "3" m2_c2 for the narrow one, "0" none
+    (the classes' own forms, as in session 33)."""
     v = os.environ.get("PTI_WG_TWIN_FORMS", "1")
-    if v not in WG_TWIN_CLASSES:
-        raise PtiError(f"PTI_WG_TWIN_FORMS must be 0, 1 or 2, not {v!r}")
-    return WG_TWIN_CLASSES[v]
+    if v not in WG_TWIN_SETTINGS:
+        raise PtiError(f"PTI_WG_TWIN_FORMS must be 0, 1, 2 or 3, not {v!r}")
+    return WG_TWIN_SETTINGS[v]
 
 
 def wg_x_first() -> bool:
@@ -466,12 +472,12 @@ class KernelBackend(Backend):
         gate/up's 448 CTAs run two waves at two CTAs a SM as at three (wg_launch_smem), 75.8 -> 66.9 us at 16 rows
         a twin against the 32-row form, and twins ab gained 4-5% at 24 and 32 sequences (docs/perf.md, session
         34; PTI_WG_M2=1 keeps two twins on the 32-row form, session 33's path, for A/B runs).  Two twins of the
-        narrow class take their own 16-row form first (WG_TWIN_VARIANTS: clusters of 4, wg_twin_classes)."""
+        narrow class take their own 16-row form first (clusters of 4: wg_twin_forms)."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
         m2_ok = twins == 1 or os.environ.get("PTI_WG_M2", "2") == "2"
         forms = self.wg_table[cls]
-        if twins == 2 and cls in wg_twin_classes():   # two twins' own form first (WG_TWIN_VARIANTS)
-            forms = WG_TWIN_VARIANTS[cls] + forms
+        if twins == 2 and cls in wg_twin_forms():   # two twins' own form first (WG_TWIN_SETTINGS)
+            forms = (wg_twin_forms()[cls],) + forms
         _, suffix, mt, _, _, c, fix = next(v for v in forms if m <= v[0] and (m2_ok or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 
@@ -825,7 +831,7 @@ class CudaBackend(KernelBackend):
                     set_carveout(driver, f, 100, n)
                     occupancy = lambda b: _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, b), f"occupancy {n}")
                     ctas_a_sm = occupancy(self.smem[n])
-                    if ctas_a_sm < 2:
+                    if ctas_a_sm < (1 if suffix == WG_TWIN_FORM_C2[1] else 2):   # (m2_c2: one a SM by design)
                         return
                     # (not a cluster form: m4_c8 fits 45 clusters of 8 at three CTAs a SM, 30 at two, session 32;
                     # held to two, down's 32 units at 32 rows ran in two waves, 26.4 -> 31.3 us, session 33)
