@@ -608,7 +608,7 @@ def test_residual_matrices_get_ring_copies(wg_narrow_backend):
         assert [p.ring is not None for p in lin.w.packs] == [True, True]
 
 
-@pytest.mark.parametrize("twins,twin_forms", [(1, "1"), (2, "1"), (2, "2"), (2, "0")])
+@pytest.mark.parametrize("twins,twin_forms", [(1, "1"), (2, "1"), (2, "2"), (2, "0"), (2, "3")])
 @pytest.mark.parametrize("n,k", [(4096, 2048), (6144, 1024), (4096, 4096)])
 def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backend, monkeypatch, n, k, twins, twin_forms):
     """The cluster forms (PTI_WG_NARROW=1: a unit's slices over a cluster of CTAs, summed in slice order over
@@ -617,7 +617,8 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     PTI_WG_FIX=1, 33-64 rows of the narrow class take the fixup form (the 8 slices through global memory, the
     unit's last CTA adding them), launch after launch on the same counts (each launch must leave them zero).
     Two twins at 9-16 rows a twin take the 16-row form in clusters of 4 (m2_c4, session 34): the narrow class's
-    (PTI_WG_TWIN_FORMS=1, the default), the wide class's too (2), or neither (0)."""
+    (PTI_WG_TWIN_FORMS=1, the default), the wide class's too (2), or neither (0); or the narrow class's clusters
+    of 2 at one CTA a SM (m2_c2, 3)."""
     be = narrow_backend
     monkeypatch.setenv("PTI_WG_TWIN_FORMS", twin_forms)
     if not hopper(be):
@@ -658,8 +659,9 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
                         check_close(y, x, q, d, k)
     fix = bool(be.wg_table["n"][1][6]) and width_class(n / 16 / be.sm_count) == "n"   # the narrow class's 64-row entry
     assert len(calls) == launches and all(c.endswith("_g8") if fix and "_m8_" in c else "_c" in c for c in calls), calls
-    cls = width_class(n / 16 / be.sm_count)
-    assert any(c.endswith("_m2_c4") for c in calls) == (twins == 2 and cls in {"1": "n", "2": "nw", "0": ""}[twin_forms]), calls
+    from pti_cli.backends.cuda import WG_TWIN_SETTINGS
+    own = WG_TWIN_SETTINGS[twin_forms].get(width_class(n / 16 / be.sm_count)) if twins == 2 else None
+    assert {c.rsplit("_", 2)[-2] + "_" + c.rsplit("_", 1)[-1] for c in calls if "_m2_c" in c} == ({own[1]} if own else set()), calls
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
 
 
