@@ -21,10 +21,10 @@ if not be.wg_ready(packs, m):
     sys.exit(f"wg_probe: {m} rows of {twins} twin(s) of {n}x{k} do not go to the Hopper kernels")
 xs = [torch.randn(m, k, device="cuda").bfloat16() for _ in range(twins)]
 ys = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(twins)]
+given, scratch = tiles_given(be, packs, m), [torch.empty_like(y) for y in ys]
 for _ in range(3):
     name = be.launch_wg(packs, xs, ys)   # (the tiles laid out from xs: the bit check below needs them to be xs)
-    given = tiles_given(be, packs, m)
-    be.launch_wg(packs, xs, [torch.empty_like(y) for y in ys], False, given)
+    be.launch_wg(packs, xs, scratch, False, given)
 # the bits against the policy kernels' (one launch a twin) on the same packs and rows
 policy = be.kernel_name(1, m, torch.bfloat16, torch.bfloat16, rows=n)
 zs = [torch.full_like(y, float("nan")) for y in ys]

@@ -475,9 +475,9 @@ class KernelBackend(Backend):
         narrow class take their own 16-row form first (clusters of 4: wg_twin_forms)."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
         m2_ok = twins == 1 or os.environ.get("PTI_WG_M2", "2") == "2"
-        forms = self.wg_table[cls]
-        if twins == 2 and cls in wg_twin_forms():   # two twins' own form first (WG_TWIN_SETTINGS)
-            forms = (wg_twin_forms()[cls],) + forms
+        forms, own = self.wg_table[cls], wg_twin_forms().get(cls) if twins == 2 else None
+        if own:   # two twins' own form first (WG_TWIN_SETTINGS)
+            forms = (own,) + forms
         _, suffix, mt, _, _, c, fix = next(v for v in forms if m <= v[0] and (m2_ok or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 
