@@ -4,8 +4,12 @@
 torch.profiler (CUPTI records the kernels inside graph replays).  Per kernel kind: count a pass,
 summed duration, and the summed gap from the previous GPU activity's end to its start (negative:
 PDL's early starts), the pass's first kernel (the embedding) included, so the boundary between
-passes shows (with PTI_HOST_RING=0 also the picks' device-to-host copy).
-    python3 scripts/pass_timeline.py [8b] [seqs,...]"""
+passes shows (with PTI_HOST_RING=0 also the picks' device-to-host copy).  "added": how far each kernel
+moves the GPU's busy end (its end minus the latest end before it, at least 0): under PDL a kernel's
+duration includes its wait for the one before, so this, not the duration, is what it costs the pass;
+the column sums to the pass.  Kinds are function names (a Hopper form's suffix kept: m2_c4, m4_c8, ...);
+the policy kernels are one kind, pti_mm.  TWINS: a (one model) or ab (two twins, sequences alternating).
+    python3 scripts/pass_timeline.py [8b] [seqs,...] [TWINS]"""
 
 import json
 import sys
@@ -18,25 +22,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from pti_cli.bench import _decode_plain, build_model  # noqa: E402
+from pti_cli.bench import _decode_plain, _twin_of, build_model  # noqa: E402
 from pti_cli.gpu_model import SeqRows  # noqa: E402
 from pti_cli.gpu_ops import CudaOps, kernel_backend  # noqa: E402
 
 
 def kind(name: str) -> str:
     """A short kind for a kernel's name: its function name without the variant suffix."""
-    n = name.split("(")[0]
+    n = name.split("(")[0].removeprefix("void ")
     for k in ("pti_mm", "attn_rope", "argmax_feed", "embed", "Memcpy", "memcpy"):
         if k in n:
             return k
     return n[:40]
 
 
-def trace(m, S: int, passes: int) -> list[dict]:
-    _decode_plain(m, [5] * S, [512] * S, 16, "a")   # capture, warm up
+def trace(m, S: int, passes: int, twins: str) -> list[dict]:
+    _decode_plain(m, [5] * S, [512] * S, 16, twins)   # capture, warm up
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        _decode_plain(m, [5] * S, [512] * S, passes, "a")
+        _decode_plain(m, [5] * S, [512] * S, passes, twins)
         torch.cuda.synchronize()
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         prof.export_chrome_trace(f.name)
@@ -45,7 +49,7 @@ def trace(m, S: int, passes: int) -> list[dict]:
     return sorted(gpu, key=lambda e: e["ts"])
 
 
-def report(ev: list[dict], S: int, passes: int) -> None:
+def report(ev: list[dict], S: int, passes: int, twins: str) -> None:
     # passes are delimited by the embedding kernel (the first of each pass)
     starts = [i for i, e in enumerate(ev) if kind(e["name"]) == "embed"]
     if len(starts) < 3:
@@ -54,31 +58,35 @@ def report(ev: list[dict], S: int, passes: int) -> None:
         return
     a, b = starts[1], starts[-1]          # whole passes only, the first dropped
     n = len(starts) - 2
-    dur, gap, cnt = defaultdict(float), defaultdict(float), defaultdict(int)
+    dur, gap, add, cnt = defaultdict(float), defaultdict(float), defaultdict(float), defaultdict(int)
     prev_end = ev[a - 1]["ts"] + ev[a - 1]["dur"]
     for e in ev[a:b]:
         k = kind(e["name"])
         dur[k] += e["dur"]
         gap[k] += e["ts"] - prev_end
+        add[k] += max(0.0, e["ts"] + e["dur"] - prev_end)
         cnt[k] += 1
         prev_end = max(prev_end, e["ts"] + e["dur"])
     wall = (ev[b]["ts"] - ev[a]["ts"]) / n
-    print(f"seqs {S}: {n} passes, {wall:.1f} us a pass (embed to embed)")
-    print(f"  {'kind':<14} {'n/pass':>6} {'us/pass':>9} {'gap before':>10}")
-    for k in sorted(dur, key=lambda k: -dur[k]):
-        print(f"  {k:<14} {cnt[k] / n:6.1f} {dur[k] / n:9.2f} {gap[k] / n:10.2f}")
-    print(f"  {'total':<14} {sum(cnt.values()) / n:6.1f} {sum(dur.values()) / n:9.2f} {sum(gap.values()) / n:10.2f}")
+    print(f"seqs {S} twins {twins}: {n} passes, {wall:.1f} us a pass (embed to embed)")
+    print(f"  {'kind':<28} {'n/pass':>6} {'us/pass':>9} {'gap before':>10} {'added':>9} {'added/n':>8}")
+    for k in sorted(dur, key=lambda k: -add[k]):
+        print(f"  {k:<28} {cnt[k] / n:6.1f} {dur[k] / n:9.2f} {gap[k] / n:10.2f} {add[k] / n:9.2f}"
+              f" {add[k] / cnt[k]:8.2f}")
+    print(f"  {'total':<28} {sum(cnt.values()) / n:6.1f} {sum(dur.values()) / n:9.2f} {sum(gap.values()) / n:10.2f}"
+          f" {sum(add.values()) / n:9.2f}")
 
 
 def main() -> None:
     size = sys.argv[1] if len(sys.argv) > 1 else "8b"
     cases = [int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "1,16").split(",")]
+    twins = sys.argv[3] if len(sys.argv) > 3 else "a"
     dev = torch.device("cuda")
     ops, be = CudaOps(dev), kernel_backend(dev)
-    m = build_model(size, dev, "a", max(cases), 640, ops, be)
+    m = build_model(size, dev, twins, max(cases), 640, ops, be)
     for S in cases:
-        m.prefill([SeqRows(i, list(range(1, 513)), 0) for i in range(S)])
-        report(trace(m, S, 24), S, 24)
+        m.prefill([SeqRows(i, list(range(1, 513)), 0, _twin_of(i, twins)) for i in range(S)])
+        report(trace(m, S, 24, twins), S, 24, twins)
 
 
 if __name__ == "__main__":

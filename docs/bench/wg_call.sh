@@ -39,6 +39,8 @@
 #              1 and 2 (or TWIN_FORMS_CFGS); session 34's call 2 ran commit 4a550e7's (9-32 rows, a 32-row form since
 #              removed, and O under PTI_WG_NARROW=1)
 #     v1sweep      the policy's one-row variants on gate/up, QKV and O (1 and 8 rows, q8 and ssq16)
+#     timeline     scripts/pass_timeline.py 8b (sequences TIMELINE_SEQS, default 32; twins TIMELINE_TWINS, default ab) under
+#              each NAME=VALUE[,NAME=VALUE] of TIMELINE_ENVS: each kernel kind's time added to the pass (session 35)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
@@ -129,6 +131,11 @@ synth-env)
     step "bench --synthetic 8b --twins a,ab $cfg"
     env ${cfg//,/ } timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs ${SYNTH_SEQS:-32,64} --twins ${SYNTH_TWINS:-a,ab} \
         --repeats 3 --json "$OUT/synth_8b_ab_${cfg//[^A-Za-z0-9]/_}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
+  done ;;
+timeline)
+  for cfg in ${TIMELINE_ENVS:-PTI_WG_TWIN_FORMS=1}; do
+    step "pass_timeline 8b ${TIMELINE_SEQS:-32} ${TIMELINE_TWINS:-ab} $cfg"
+    env ${cfg//,/ } timeout 150 python3 scripts/pass_timeline.py 8b ${TIMELINE_SEQS:-32} ${TIMELINE_TWINS:-ab} >> "$LOG" 2>&1
   done ;;
 synth-all)
   step "bench --synthetic 8b --seqs 1,2,4,8,16,32,64 --twins a,ab"
