@@ -110,7 +110,7 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
     packs = [one] + random_packs(backend, n, k, copies * twins - 1)
     sets = [packs[i * twins:(i + 1) * twins] for i in range(copies)]
     if variant is None:   # the Hopper kernels' copies (unless PTI_WGMMA=0), where they take the shape (17-64 rows)
-        packs = [backend.with_ring(p) for p in packs]
+        packs = [backend.with_ring(p, twins) for p in packs]
     reps = max(20, 2 * copies)
     rows, t1 = [], None
     if variant is not None:   # an explicit variant serves at most 8 rows per tile it has

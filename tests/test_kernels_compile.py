@@ -451,6 +451,48 @@ def test_hopper_narrow_class_only_on_a_long_k():
     assert be.wg_eligible(pack(narrow, 1024))
 
 
+def test_hopper_two_twins_take_a_short_narrow_matrix_in_their_form(monkeypatch):
+    """Two twins of a narrow matrix below WG_MIN_K (an 8B model's O) get its ring copy and take their two-twin
+    form (m2_c4) at 9-16 rows a twin, and nothing else: not one twin, not past 16 rows a twin, not a launch of
+    one of the two twins' packs; neither with PTI_WG_TWIN_SHORT=0 nor with no two-twin form (PTI_WG_TWIN_FORMS=0).
+    A long-K narrow matrix keeps every form."""
+    from pti_cli.backends.cuda import WG_MIN_K, WG_TWIN_FORM, CudaBackend, PtiError, wg_twin_short
+    from pti_cli.backends.repack import Packed
+    for v in ("PTI_WG_TWIN_SHORT", "PTI_WG_TWIN_FORMS", "PTI_WG_TWIN_MIN_ROWS", "PTI_WG_M2"):
+        monkeypatch.delenv(v, raising=False)
+    be = object.__new__(CudaBackend)
+    be.wgmma, be.sm_count, be.wg_classes, be.wg_min_k = True, 4, ("x", "w", "n"), WG_MIN_K
+
+    def packs(k: int, twins: int) -> list[Packed]:
+        out = []
+        for _ in range(twins):
+            p = Packed(torch.zeros(8, k // 32, 32, 16, dtype=torch.int8), torch.zeros(8, k // 32, 8, dtype=torch.int32),
+                       128, k)
+            p.ring = p if be.wg_eligible(p, twins) else None
+            out.append(p)
+        return out
+    short, long_k = 4096, 8192
+    assert [p.ring is not None for p in packs(short, 2)] == [True, True]
+    assert [p.ring is not None for p in packs(short, 1)] == [False]
+    two = packs(short, 2)
+    assert [be.wg_ready(two, m) for m in (8, 9, 16, 17, 64)] == [False, True, True, False, False]
+    assert not be.wg_ready(two[:1], 16)                        # one twin's rows of a two-twin matrix
+    be.wg_table = {"n": ((32, "m4_c8", 4, 2, 4, 8, 0),)}
+    assert be.wg_kernel(16, torch.float32, rows=128, twins=2)[0].endswith("_" + WG_TWIN_FORM[1])
+    two_long = packs(long_k, 2)
+    assert [be.wg_ready(two_long, m) for m in (9, 16, 17, 64)] == [True, True, True, True]
+    assert [be.wg_ready(packs(long_k, 1), m) for m in (16, 17)] == [False, True]
+    monkeypatch.setenv("PTI_WG_TWIN_SHORT", "0")
+    assert not wg_twin_short() and [p.ring is not None for p in packs(short, 2)] == [False, False]
+    assert not be.wg_ready(two, 16)                            # (a copy made before the setting changed)
+    monkeypatch.setenv("PTI_WG_TWIN_SHORT", "1")
+    monkeypatch.setenv("PTI_WG_TWIN_FORMS", "0")
+    assert [p.ring is not None for p in packs(short, 2)] == [False, False] and not be.wg_ready(two, 16)
+    monkeypatch.setenv("PTI_WG_TWIN_SHORT", "2")
+    with pytest.raises(PtiError, match="PTI_WG_TWIN_SHORT"):
+        wg_twin_short()
+
+
 def test_hopper_session30_forms(monkeypatch):
     """Session 30's forms (kernels/pti_kernel.hip pti_wg_mm): two twins from WG_TWIN_MIN_ROWS rows a twin, one
     from WG_MIN_ROWS; the scaled matmul on tiles given (pin and inv: its inv CTAs); the residual form (uo, po, g,

@@ -163,6 +163,19 @@ WG_NARROW = {"0": ("x",), "w": ("x", "w"), "1": ("x", "w", "n"), "auto": ("x", "
 # 4096x4096: 12.4 / 17.9 against 10.6 / 15.6).  The wide class (6144x4096) takes them from 17 rows: 0.9 us
 # slower than the policy at 32 rows alone, but the model ran faster with them (session 29, item 3).
 WG_MIN_K = {"n": 8192}
+# Two twins of a narrow matrix below WG_MIN_K (an 8B model's O, 4096x4096) take their two-twin form at 9-16 rows
+# a twin (wg_twin_forms), one launch where the policy makes one a twin: twins ab +0.8% / +1.4% at 32 / 24
+# sequences with O on it (PTI_WG_NARROW=1, which changes only O there), its pti_wg_tiles launch included
+# (docs/perf.md, session 35).  Such a matrix gets its ring copy only with two twins, and the Hopper kernels take
+# it only in that form.  PTI_WG_TWIN_SHORT=0: not (session 34's path), for A/B runs.
+
+
+def wg_twin_short() -> bool:
+    """PTI_WG_TWIN_SHORT (default 1): two twins of a narrow matrix below WG_MIN_K take their two-twin form."""
+    v = os.environ.get("PTI_WG_TWIN_SHORT", "1")
+    if v not in ("0", "1"):
+        raise PtiError(f"PTI_WG_TWIN_SHORT must be 0 or 1, not {v!r}")
+    return v == "1"
 
 
 def wg_setting() -> str:
@@ -402,7 +415,7 @@ class KernelBackend(Backend):
             pack = repack_q8(self._dev(q, torch.int8), self._dev(d, torch.float16), cols, self.code())
             return KernelMatrix([self.with_ring(pack)], {0: 0, 1: 0}, rows, cols, True)
         raw = self._dev(ssq.raw(name), torch.uint8)
-        packs = [self.with_ring(p) for p in repack_ssq16(raw, cols, twins, self.code())]
+        packs = [self.with_ring(p, len(ids)) for p in repack_ssq16(raw, cols, twins, self.code())]
         return KernelMatrix(packs, {t: i for i, t in enumerate(ids)}, rows, cols, False)
 
     def glu_ok(self, rows: int) -> bool:
@@ -436,27 +449,36 @@ class KernelBackend(Backend):
             if q.shape[1] % 32:
                 q = torch.nn.functional.pad(q, (0, 32 - q.shape[1] % 32))
             pack = repack_q8(q.contiguous(), d.to(self.device, torch.float16).contiguous(), cols, self.code(h16))
-            packs.append(self.with_ring(pack))
+            packs.append(self.with_ring(pack, len(pairs)))
         plane = {0: 0, 1: 0} if len(packs) == 1 else {0: 0, 1: 1}
         return KernelMatrix(packs, plane, rows, cols, len(packs) == 1, glu=glu)
 
-    def wg_eligible(self, p: Packed) -> bool:
-        """Whether the Hopper kernels can take p: a matrix of a width class they serve (wg_classes), whole
-        units of row groups, K in whole phases of every slice (bf16 inputs, or f16 and h16: their f16
-        forms) and in whole blocks: pti_wg_tiles copies every row's nb blocks whole, so past a ragged K
-        it would read the next row's values (or past the end), where a NaN or inf times the padding's
-        zero weights is NaN (session 28: 1024x1000 with PTI_WG_NARROW=1); and K long enough for its
-        class (WG_MIN_K), so that no ring copy is made for a matrix the policy is faster on."""
+    def short_k(self, p: Packed) -> bool:
+        """Whether p's K is below its width class's WG_MIN_K (PTI_WG_NARROW=auto)."""
+        return self.wg_min_k is not None and p.cols < self.wg_min_k.get(width_class(p.rows / 16 / self.sm_count), 0)
+
+    def twin_short_ok(self, p: Packed) -> bool:
+        """Whether two twins of p take their two-twin form although its K is short (WG_MIN_K, wg_twin_short)."""
+        return wg_twin_short() and bool(wg_twin_forms().get(width_class(p.rows / 16 / self.sm_count)))
+
+    def wg_eligible(self, p: Packed, twins: int = 1) -> bool:
+        """Whether the Hopper kernels can take p (one of `twins` twins of a matrix): a matrix of a width class
+        they serve (wg_classes), whole units of row groups, K in whole phases of every slice (bf16 inputs,
+        or f16 and h16: their f16 forms) and in whole blocks: pti_wg_tiles copies every row's nb blocks
+        whole, so past a ragged K it would read the next row's values (or past the end), where a NaN or inf
+        times the padding's zero weights is NaN (session 28: 1024x1000 with PTI_WG_NARROW=1); and K long
+        enough for its class (WG_MIN_K), so that no ring copy is made for a matrix the policy is faster on,
+        unless two twins take it in their own form (twin_short_ok)."""
         g, nb = p.q.shape[:2]
         cls = width_class(p.rows / 16 / self.sm_count)
         return (self.wgmma and cls in self.wg_classes and g % RING_GROUPS == 0 and nb % 32 == 0
-                and p.cols == 32 * nb and (self.wg_min_k is None or p.cols >= self.wg_min_k.get(cls, 0)))
+                and p.cols == 32 * nb and (not self.short_k(p) or (twins == 2 and self.twin_short_ok(p))))
 
-    def with_ring(self, p: Packed) -> Packed:
-        """p, with its ring-layout copy for the Hopper kernels when they are loaded, can take it, and the
-        copy fits (ring_fits: free memory, torch's cached blocks included).  The copy doubles the
-        matrix's memory; a matrix without one takes the policy kernels, with the same bits."""
-        if p.ring is None and self.wg_eligible(p):
+    def with_ring(self, p: Packed, twins: int = 1) -> Packed:
+        """p (one of `twins` twins of a matrix), with its ring-layout copy for the Hopper kernels when they are
+        loaded, can take it, and the copy fits (ring_fits: free memory, torch's cached blocks included).  The
+        copy doubles the matrix's memory; a matrix without one takes the policy kernels, with the same bits."""
+        if p.ring is None and self.wg_eligible(p, twins):
             free, total = torch.cuda.mem_get_info(self.device)
             cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
             if ring_fits(free + cached, total, p.nbytes):
@@ -509,6 +531,10 @@ class KernelBackend(Backend):
             least = int(os.environ.get("PTI_WG_TALL_MIN_ROWS", WG_TALL_MIN_ROWS))
         else:
             least = WG_MIN_ROWS
+        if any(self.short_k(p) for p in packs):   # two twins in their own form only (twin_short_ok)
+            own = wg_twin_forms().get(width_class(packs[0].rows / 16 / self.sm_count))
+            if len(packs) != 2 or not self.twin_short_ok(packs[0]) or m > own[0]:
+                return False
         return (least <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
                 and (epi is None or epi.wg_ok()))
 

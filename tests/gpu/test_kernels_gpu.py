@@ -665,6 +665,59 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
 
 
+def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch):
+    """PTI_WG_NARROW=auto: two twins of a narrow matrix below WG_MIN_K (an 8B model's O, 4096x4096) get their
+    ring copies and take the two-twin form (m2_c4) at 9-16 rows a twin, bit for bit the policy's, plain and
+    scaled by each row's inv; past 16 rows a twin, and for one twin of it, the policy serves (no launch)."""
+    wg_backend = backend_with_wgmma("1", "auto")
+    if not hopper(wg_backend):
+        return
+    from pti_cli.backends.cuda import WG_TWIN_FORM, Epilogue, width_class
+    monkeypatch.delenv("PTI_WG_TWIN_SHORT", raising=False)
+    monkeypatch.delenv("PTI_WG_TWIN_FORMS", raising=False)
+    wg_calls = []
+    real = wg_backend.launch_wg
+    monkeypatch.setattr(wg_backend, "launch_wg", lambda *a: wg_calls.append(real(*a)) or wg_calls[-1])
+    n, k = 4096, 4096
+    assert width_class(n / 16 / wg_backend.sm_count) == "n" and wg_backend.short_k(repack_like(n, k))
+    pairs = [rand_q8(n, k) for _ in range(2)]
+    ring = wg_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k)
+    plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k)
+    assert all(p.ring is not None for p in ring.packs)
+    one = wg_backend.weight_from_q8([(pairs[0][0].cuda(), pairs[0][1].cuda())], k)
+    assert one.packs[0].ring is None
+    for m, want_calls in ((9, 1), (16, 1), (17, 0)):
+        xs = [rand_x(m, k, torch.bfloat16), rand_x(m - 2, k, torch.bfloat16)]
+        invs = [torch.rand(x.shape[0], generator=GEN).add(0.5).cuda() for x in xs]
+        for scaled in (False, True):
+            wg_calls.clear()
+            got, want = [], []
+            for b, w, sink in ((wg_backend, ring, got), (policy_backend, plain, want)):
+                ys = [poisoned(x.shape[0], n, torch.float32) for x in xs]
+                if scaled:
+                    b.matmul_epi([0, 1], xs, w, ys, Epilogue(-(-k // 16), 0.0, inv=invs))
+                else:
+                    b.matmul_twins(xs[0], xs[1], w, outs=tuple(ys))
+                sink.extend(ys)
+            assert len(wg_calls) == want_calls and all(c.endswith("_" + WG_TWIN_FORM[1]) for c in wg_calls), wg_calls
+            for y, z in zip(got, want):
+                assert not torch.isnan(y).any() and torch.equal(y.view(torch.int32), z.view(torch.int32)), (m, scaled)
+            if not scaled:
+                for y, x, (q, d) in zip(got, xs, pairs):
+                    check_close(y, x, q, d, k)
+    wg_calls.clear()
+    y = poisoned(16, n, torch.float32)
+    wg_backend.matmul(rand_x(16, k, torch.bfloat16), ring, 0, out=y)   # one twin's rows of the two-twin matrix
+    assert wg_calls == [] and not torch.isnan(y).any()
+
+
+def repack_like(n: int, k: int):
+    """A Packed of that shape (zeros), for the backend's shape rules."""
+    from pti_cli.backends.repack import Packed
+    return Packed(torch.zeros(n // 16, k // 32, 32, 16, dtype=torch.int8), torch.zeros(n // 16, k // 32, 8, dtype=torch.int32),
+                  n, k)
+
+
 def test_hopper_kernels_integer_cases_exact(wg_backend, wg_calls):
     if not hopper(wg_backend):
         return
