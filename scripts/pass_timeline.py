@@ -8,7 +8,9 @@ passes shows (with PTI_HOST_RING=0 also the picks' device-to-host copy).  "added
 moves the GPU's busy end (its end minus the latest end before it, at least 0): under PDL a kernel's
 duration includes its wait for the one before, so this, not the duration, is what it costs the pass;
 the column sums to the pass.  Kinds are function names (a Hopper form's suffix kept: m2_c4, m4_c8, ...);
-the policy kernels are one kind, pti_mm.  TWINS: a (one model) or ab (two twins, sequences alternating).
+the policy kernels are one kind, pti_mm; a second table splits the added time by each kernel's place after
+the layer's attention, which tells the matrices apart.  TWINS: a (one model) or ab (two twins, sequences
+alternating).
     python3 scripts/pass_timeline.py [8b] [seqs,...] [TWINS]"""
 
 import json
@@ -59,12 +61,16 @@ def report(ev: list[dict], S: int, passes: int, twins: str) -> None:
     a, b = starts[1], starts[-1]          # whole passes only, the first dropped
     n = len(starts) - 2
     dur, gap, add, cnt = defaultdict(float), defaultdict(float), defaultdict(float), defaultdict(int)
+    placed, place = defaultdict(float), None   # added time by place in the layer (the attention is place 0)
     prev_end = ev[a - 1]["ts"] + ev[a - 1]["dur"]
     for e in ev[a:b]:
         k = kind(e["name"])
+        place = 0 if k == "attn_rope" else None if k == "embed" or place is None else place + 1
         dur[k] += e["dur"]
         gap[k] += e["ts"] - prev_end
-        add[k] += max(0.0, e["ts"] + e["dur"] - prev_end)
+        added = max(0.0, e["ts"] + e["dur"] - prev_end)
+        add[k] += added
+        placed[("-" if place is None else place, k)] += added
         cnt[k] += 1
         prev_end = max(prev_end, e["ts"] + e["dur"])
     wall = (ev[b]["ts"] - ev[a]["ts"]) / n
@@ -75,6 +81,12 @@ def report(ev: list[dict], S: int, passes: int, twins: str) -> None:
               f" {add[k] / cnt[k]:8.2f}")
     print(f"  {'total':<28} {sum(cnt.values()) / n:6.1f} {sum(dur.values()) / n:9.2f} {sum(gap.values()) / n:10.2f}"
           f" {sum(add.values()) / n:9.2f}")
+    # which matrix a kernel serves: its place after the layer's attention (an 8B layer: the attention's output
+    # matrix, gate/up, down, the next layer's QKV, each with a pti_wg_tiles launch before it where one is made;
+    # "-": before the first attention: the embedding and layer 0's QKV)
+    print(f"  {'place after the attention':<32} {'added a pass':>12}")
+    for (pl, k), v in sorted(placed.items(), key=lambda kv: (str(kv[0][0]).zfill(3), -kv[1])):
+        print(f"  {str(pl):>3} {k:<28} {v / n:12.2f}")
 
 
 def main() -> None:
