@@ -165,8 +165,9 @@ WG_NARROW = {"0": ("x",), "w": ("x", "w"), "1": ("x", "w", "n"), "auto": ("x", "
 WG_MIN_K = {"n": 8192}
 # Two twins of a narrow matrix below WG_MIN_K (an 8B model's O, 4096x4096) take their two-twin form at 9-16 rows
 # a twin (wg_twin_forms), one launch where the policy makes one a twin: twins ab +0.8% / +1.4% at 24 / 32
-# sequences, its pti_wg_tiles launch included (PTI_WG_TWIN_SHORT 0 and 1 alternated; docs/perf.md, session 35).  Such a matrix gets its ring copy only with two twins, and the Hopper kernels take
-# it only in that form.  PTI_WG_TWIN_SHORT=0: not (session 34's path), for A/B runs.
+# sequences, its pti_wg_tiles launch included (PTI_WG_TWIN_SHORT 0 and 1 alternated; docs/perf.md, session 35).
+# Such a matrix gets its ring copy only with two twins, and the Hopper kernels take it only in that form.
+# PTI_WG_TWIN_SHORT=0: not (session 34's path), for A/B runs.
 
 
 def wg_twin_short() -> bool:
