@@ -457,9 +457,10 @@ class KernelBackend(Backend):
         """Whether p's K is below its width class's WG_MIN_K (PTI_WG_NARROW=auto)."""
         return self.wg_min_k is not None and p.cols < self.wg_min_k.get(width_class(p.rows / 16 / self.sm_count), 0)
 
-    def twin_short_ok(self, p: Packed) -> bool:
-        """Whether two twins of p take their two-twin form although its K is short (WG_MIN_K, wg_twin_short)."""
-        return wg_twin_short() and bool(wg_twin_forms().get(width_class(p.rows / 16 / self.sm_count)))
+    def twin_short_form(self, p: Packed) -> tuple | None:
+        """The two-twin form (wg_twin_forms) that two twins of p take although its K is short (WG_MIN_K), or None
+        (no such form for its class, or PTI_WG_TWIN_SHORT=0)."""
+        return wg_twin_forms().get(width_class(p.rows / 16 / self.sm_count)) if wg_twin_short() else None
 
     def wg_eligible(self, p: Packed, twins: int = 1) -> bool:
         """Whether the Hopper kernels can take p (one of `twins` twins of a matrix): a matrix of a width class
@@ -468,11 +469,11 @@ class KernelBackend(Backend):
         whole, so past a ragged K it would read the next row's values (or past the end), where a NaN or inf
         times the padding's zero weights is NaN (session 28: 1024x1000 with PTI_WG_NARROW=1); and K long
         enough for its class (WG_MIN_K), so that no ring copy is made for a matrix the policy is faster on,
-        unless two twins take it in their own form (twin_short_ok)."""
+        unless two twins take it in their own form (twin_short_form)."""
         g, nb = p.q.shape[:2]
         cls = width_class(p.rows / 16 / self.sm_count)
         return (self.wgmma and cls in self.wg_classes and g % RING_GROUPS == 0 and nb % 32 == 0
-                and p.cols == 32 * nb and (not self.short_k(p) or (twins == 2 and self.twin_short_ok(p))))
+                and p.cols == 32 * nb and (not self.short_k(p) or (twins == 2 and self.twin_short_form(p) is not None)))
 
     def with_ring(self, p: Packed, twins: int = 1) -> Packed:
         """p (one of `twins` twins of a matrix), with its ring-layout copy for the Hopper kernels when they are
@@ -531,9 +532,9 @@ class KernelBackend(Backend):
             least = int(os.environ.get("PTI_WG_TALL_MIN_ROWS", WG_TALL_MIN_ROWS))
         else:
             least = WG_MIN_ROWS
-        if any(self.short_k(p) for p in packs):   # two twins in their own form only (twin_short_ok)
-            own = wg_twin_forms().get(width_class(packs[0].rows / 16 / self.sm_count))
-            if len(packs) != 2 or not self.twin_short_ok(packs[0]) or m > own[0]:
+        if any(self.short_k(p) for p in packs):   # two twins in their own form only (twin_short_form)
+            own = self.twin_short_form(packs[0])
+            if len(packs) != 2 or own is None or m > own[0]:
                 return False
         return (least <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
                 and (epi is None or epi.wg_ok()))
