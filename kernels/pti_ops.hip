@@ -63,15 +63,36 @@ __device__ __forceinline__ unsigned short f2h16(float f) {
 #endif
 }
 
+// = pti_wg_tile_at of kernels/pti_kernel.hip: where element (row m, column n) of rows of 32 nb columns sits in
+// the Hopper matmul's tile layout of nr rows (tile (b mod 8) nb / 8 + b / 8 of block b = n / 32).
+__device__ __forceinline__ long wg_tile_at(int m, int n, int nb, int nr) {
+    const int b = n >> 5, c = n & 31;
+    return (long)((b & 7) * (nb >> 3) + (b >> 3)) * nr * 32 + (m >> 3) * 256 + ((c >> 1) & 3) * 64 + (m & 7) * 8
+           + 4 * (c >> 4) + 2 * ((c >> 3) & 1) + (c & 1);
+}
+
 // The attention's output rows: bf16, or h16 where the matrix after takes h16 inputs (the f16 of the
 // bf16 value times 2^-H16_SHIFT, as kernels/pti_kernel.hip's pti_bf16_to_h16).
 #define H16_SHIFT 4   // = PTI_H16_SHIFT of pti_kernel.hip
+// With ta: also in the tile layout of tnr rows that the Hopper matmul after reads (the attention's output
+// matrix; kernels/pti_kernel.hip pti_wg_tile_at), rows below na into ta (twin A's), the rest into tb from
+// their row 0, so that no pti_wg_tiles launch sits between the attention and that matrix.  Rows past a
+// twin's last stay unwritten, as the residual form leaves them: a matmul row reads only its own.
 struct AttnOut {
     bf16_t* p;
     int h16;
-    __device__ __forceinline__ void put(long i, float v) const {
+    int W;   // the row's width, H * HD
+    bf16_t* ta;
+    bf16_t* tb;
+    int na, tnr;
+    __device__ __forceinline__ void put(int m, int n, float v) const {
         bf16_t b = f2bf(v);
-        p[i] = h16 ? f2h16(__fmul_rn(bf2f(b), 1.f / (1 << H16_SHIFT))) : b;
+        b = h16 ? f2h16(__fmul_rn(bf2f(b), 1.f / (1 << H16_SHIFT))) : b;
+        p[(long)m * W + n] = b;
+        if (ta) {
+            const bool tw = m >= na;
+            (tw ? tb : ta)[wg_tile_at(tw ? m - na : m, n, W >> 5, tnr)] = b;
+        }
     }
 };
 
@@ -594,7 +615,7 @@ __device__ void attn_partial(const bf16_t* q, const bf16_t* kc, const bf16_t* vc
     int G = H / Hk;
     int t0 = c * ATTN_CHUNK;
     if (p < 0 && counters && c == 0)  // a padding row: zeros out
-        for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(((long)m * H + kh * G) * HD + i, 0.f);
+        for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(m, kh * G * HD + i, 0.f);
     if (p < 0 || t0 > p) return;  // chunks past the row's position are never read by the combine
     int nt = min(ATTN_CHUNK, p + 1 - t0);
     long kv0 = (((long)slot[m] * Hk + kh) * ctx1 + t0) * HD;
@@ -644,7 +665,7 @@ __device__ __forceinline__ void attn_combine_plain(const float* part_acc, const 
             denom = __fmaf_rn(__ldcg(ml + 2 * c + 1), e, denom);
             a = __fmaf_rn(__ldcg(acc + (long)c * HD + d), e, a);
         }
-        out.put(((long)m * H + h) * HD + d, a / denom);
+        out.put(m, h * HD + d, a / denom);
     }
 }
 
@@ -706,7 +727,7 @@ __device__ void attn_combine_heads(const float* part_acc, const float* part_ml, 
 #pragma unroll
         for (int k = 0; k < PT; k++) {
             int i = i0 + k * blockDim.x + threadIdx.x;
-            if (i < G * HD) out.put(((long)m * H + h0 + i / HD) * HD + i % HD, a[k] / den[gi[k]]);
+            if (i < G * HD) out.put(m, h0 * HD + i, a[k] / den[gi[k]]);
         }
     }
 }
@@ -717,9 +738,8 @@ __device__ void attn_combine(const float* part_acc, const float* part_ml, const 
                              int H, int n_chunks) {
     PDL_ENTRY();
     int h = blockIdx.x, m = blockIdx.y, p = pos[m];
-    long o = ((long)m * H + h) * HD;
     if (p < 0) {
-        for (int d = threadIdx.x; d < HD; d += blockDim.x) out.put(o + d, 0.f);
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) out.put(m, h * HD + d, 0.f);
         return;
     }
     int nc = p / ATTN_CHUNK + 1;
@@ -733,7 +753,7 @@ __device__ void attn_combine(const float* part_acc, const float* part_ml, const 
         float a = 0.f;
 #pragma unroll 4
         for (int c = 0; c < nc; c++) a = __fmaf_rn(acc[(long)c * HD + d], expf(ml[2 * c] - gm), a);
-        out.put(o + d, a / denom);
+        out.put(m, h * HD + d, a / denom);
     }
 }
 
@@ -741,14 +761,14 @@ __device__ void attn_combine(const float* part_acc, const float* part_ml, const 
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_partial_##HD##_g##NG(const bf16_t* q,      \
         const bf16_t* kc, const bf16_t* vc, const int* pos, const int* slot, float* pa, float* pml, int H,   \
         int Hk, int ctx1, int nch, float scale) {                                                          \
-    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, nullptr, AttnOut{nullptr, 0}); } \
+    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, nullptr, AttnOut{nullptr, 0, H * HD}); } \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_fused_##HD##_g##NG(const bf16_t* q,        \
         const bf16_t* kc, const bf16_t* vc, const int* pos, const int* slot, float* pa, float* pml, int H,   \
         int Hk, int ctx1, int nch, float scale, int* counters, bf16_t* out) {                              \
-    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, counters, AttnOut{out, 0}); }
+    attn_partial<HD, NG>(q, kc, vc, pos, slot, pa, pml, H, Hk, ctx1, nch, scale, counters, AttnOut{out, 0, H * HD}); }
 #define INSTANTIATE_COMBINE(HD)                                                                         \
 extern "C" __global__ void attn_combine_##HD(const float* pa, const float* pml, const int* pos,         \
-        bf16_t* out, int H, int nch) { attn_combine<HD>(pa, pml, pos, AttnOut{out, 0}, H, nch); }
+        bf16_t* out, int H, int nch) { attn_combine<HD>(pa, pml, pos, AttnOut{out, 0, H * HD}, H, nch); }
 
 INSTANTIATE_COMBINE(64)
 INSTANTIATE_COMBINE(128)
@@ -854,7 +874,7 @@ __device__ void attn_combine_slice(const float* part_acc, const float* part_ml, 
         for (int c = 0; c < ATTN_PF; c++)
             if (c < nc) a = __fmaf_rn(pre[c], cm[g * nc + c], a);
         for (int c = ATTN_PF; c < nc; c++) a = __fmaf_rn(__ldcg(acc + (long)c * HD), cm[g * nc + c], a);
-        out.put(((long)m * H + h0) * HD + ib, a / den[g]);
+        out.put(m, h0 * HD + ib, a / den[g]);
     }
 }
 
@@ -917,7 +937,7 @@ __device__ void attn_combine_dsm(const float* sacc, const float2* sml, int cl, i
             own = own + 1 == cl ? 0 : own + 1;
             at = own == 0 ? at + SLOT : at;
         }
-        out.put(((long)m * H + h0) * HD + ib, a / den[g]);
+        out.put(m, h0 * HD + ib, a / den[g]);
     }
 }
 #endif
@@ -1034,7 +1054,7 @@ __device__ void attn_rope(const T* qkv, const int* pos, const int* slot, const f
     if (p < 0 || c * ATTN_CHUNK > p) {
         if (early) PDL_WAIT();
         if (p < 0 && c == 0)   // a padding row: zeros out
-            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(((long)m * H + kh * G) * HD + i, 0.f);
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(m, kh * G * HD + i, 0.f);
         return;   // chunks past the row's position are never read by the combine
     }
     attn_rope_chunk<HD, NG>(qkv, slot, cos_t, sin_t, kc, vc, part_acc, part_ml, ks, vs, qs, sc, mx, sm, H, Hk, ctx1,
@@ -1076,7 +1096,7 @@ __device__ void attn_rope_clusters(const T* qkv, const int* pos, const int* slot
     if (p < 0 || r * ATTN_CHUNK > p) {
         if (early) PDL_WAIT();
         if (p < 0 && r == 0)   // a padding row: zeros out
-            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(((long)m * H + kh * G) * HD + i, 0.f);
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(m, kh * G * HD + i, 0.f);
         cluster_arrive();   // the blocks with chunks wait for the whole cluster
         return;
     }
@@ -1144,7 +1164,7 @@ __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, co
     if (p < 0 || r >= nc) {
         if (early) PDL_WAIT();
         if (p < 0 && r == 0)   // a padding row: zeros out
-            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(((long)m * H + kh * G) * HD + i, 0.f);
+            for (int i = threadIdx.x; i < G * HD; i += blockDim.x) out.put(m, kh * G * HD + i, 0.f);
         cluster_wait();
         cluster_arrive_relaxed();
         return;
@@ -1174,7 +1194,7 @@ __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, co
         const int i = (r + (e >> 4) * W) * 16 + (e & 15), g = i / HD;
         float a = 0.f;
         for (int c = 0; c < nc; c++) a = __fmaf_rn(racc[c * str + e], cm[g * nc + c], a);
-        out.put(((long)m * H + kh * G) * HD + i, a / den[g]);
+        out.put(m, kh * G * HD + i, a / den[g]);
     }
     cluster_wait();
 }
@@ -1189,38 +1209,38 @@ __device__ void attn_rope_push(const T* qkv, const int* pos, const int* slot, co
 #endif
 // attn_rope_cl_*, attn_rope_cls_*: the cluster form (sm_90+; elsewhere the host never launches them, and
 // they only exit).
+// the output rows, and their tiles for the matmul after where ta is given (AttnOut)
+#define ATTN_OUT(HD) AttnOut{out, h16, H * HD, ta, tb, na, tnr}
 #ifdef ATTN_CLUSTER
-#define ATTN_ROPE_CLUSTERS(...) attn_rope_clusters<__VA_ARGS__>(qkv, pos, slot, c, s, kc, vc, pa, pml,       \
-                                                               AttnOut{out, h16}, H, Hk,                         \
-                                                               ctx1, nch, scale, P, neox, early, cl)
-#define ATTN_ROPE_PUSH(HD, NG, T) attn_rope_push<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml,            \
-                                                           AttnOut{out, h16}, H, Hk,                             \
+#define ATTN_ROPE_CLUSTERS(HD, ...) attn_rope_clusters<HD, __VA_ARGS__>(qkv, pos, slot, c, s, kc, vc, pa, pml, ATTN_OUT(HD), \
+                                                                    H, Hk, ctx1, nch, scale, P, neox, early, cl)
+#define ATTN_ROPE_PUSH(HD, NG, T) attn_rope_push<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, ATTN_OUT(HD), H, Hk, \
                                                            ctx1, nch, scale, P, neox, early, cl)
 #else
-#define ATTN_ROPE_CLUSTERS(...)
+#define ATTN_ROPE_CLUSTERS(HD, ...)
 #define ATTN_ROPE_PUSH(HD, NG, T)
 #endif
 #define INSTANTIATE_ATTN_ROPE(HD, NG, T, SUF)                                                           \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_##HD##_g##NG##_##SUF(const T* qkv, \
         const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, float* pa, \
         float* pml, int* counters, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P,       \
-        int neox, int early, int h16) {                                                                    \
-    attn_rope<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, AttnOut{out, h16}, H, Hk, ctx1, nch, \
+        int neox, int early, int h16, bf16_t* ta, bf16_t* tb, int na, int tnr) {                  \
+    attn_rope<HD, NG, T>(qkv, pos, slot, c, s, kc, vc, pa, pml, counters, ATTN_OUT(HD), H, Hk, ctx1, nch, \
                          scale, P, neox, early); }                                                         \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_cl_##HD##_g##NG##_##SUF(      \
         const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
         float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
-        int early, int cl, int h16) {                                                                      \
+        int early, int cl, int h16, bf16_t* ta, bf16_t* tb, int na, int tnr) {                    \
     ATTN_ROPE_CLUSTERS(HD, NG, T, false); }                                                                \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_cls_##HD##_g##NG##_##SUF(     \
         const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
         float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
-        int early, int cl, int h16) {                                                                      \
+        int early, int cl, int h16, bf16_t* ta, bf16_t* tb, int na, int tnr) {                    \
     ATTN_ROPE_CLUSTERS(HD, NG, T, true); }                                                                 \
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_ROPE_MINB) attn_rope_clp_##HD##_g##NG##_##SUF( \
         const T* qkv, const int* pos, const int* slot, const float* c, const float* s, bf16_t* kc, bf16_t* vc, \
         float* pa, float* pml, bf16_t* out, int H, int Hk, int ctx1, int nch, float scale, int P, int neox,   \
-        int early, int cl, int h16) {                                                                      \
+        int early, int cl, int h16, bf16_t* ta, bf16_t* tb, int na, int tnr) {                    \
     ATTN_ROPE_PUSH(HD, NG, T); }
 #define INSTANTIATE_ATTN_ROPE_G(HD, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 1, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 2, T, SUF) \
     INSTANTIATE_ATTN_ROPE(HD, 4, T, SUF) INSTANTIATE_ATTN_ROPE(HD, 8, T, SUF)

@@ -385,6 +385,7 @@ class TorchOps:
     """Plain torch ops: no host syncs and static shapes, so a CUDA graph can capture them."""
 
     name = "torch"
+    writes_tiles = False   # (CudaOps.writes_tiles)
 
     def rope_kv(self, m: "GpuModel", qkv: torch.Tensor, pos, slot, layer: int) -> torch.Tensor:
         sh, M = m.shape, qkv.shape[0]
@@ -399,8 +400,11 @@ class TorchOps:
         return q.to(m.act_dtype)
 
     def attention(self, m: "GpuModel", q: torch.Tensor, pos, slot, layer: int, S: int, P: int,
-                  h16: bool = False) -> torch.Tensor:
-        """The rows' attention outputs [S * P, H * hd], in the activations' dtype, or h16 (to_h16)."""
+                  h16: bool = False, to: list | None = None, n_a: int = 0) -> torch.Tensor:
+        """The rows' attention outputs [S * P, H * hd], in the activations' dtype, or h16 (to_h16); never
+        in tiles (to: None)."""
+        if to:
+            raise PtiError("the torch attention writes no tiles (writes_tiles)")
         sh = m.shape
         H, Hk, hd = sh.n_heads, sh.n_kv_heads, sh.head_dim
         G = H // Hk
@@ -553,9 +557,11 @@ class GpuModel:
         M = x.shape[0]
         for i, lw in enumerate(L):
             q = ops.rope_kv(self, scaled(lw.wqkv, u, p, eps, n_a, inv, ti), pos, slot, i)
-            a = ops.attention(self, q, pos, slot, i, S, P, h16="wo" in self.w.h16)
+            # the attention lays out its rows for the output matrix too where it can (CudaOps.writes_tiles)
+            t_o = input_tiles(lw.wo, M, n_a) if ops.writes_tiles else None
+            a = ops.attention(self, q, pos, slot, i, S, P, h16="wo" in self.w.h16, to=t_o, n_a=n_a)
             ti = input_tiles(lw.wgu, M, n_a)
-            u, p, inv = residual(lw.wo, a, x, lw.ffn_norm, n_a, ud, to=ti)
+            u, p, inv = residual(lw.wo, a, x, lw.ffn_norm, n_a, ud, t_o, to=ti)
             ti, t_in = input_tiles(lw.wdown, M, n_a, writer=lw.wgu) if lw.wgu.glu else None, ti
             gu = scaled(lw.wgu, u, p, eps, n_a, inv, t_in, to=ti)
             g_next, nxt = (L[i + 1].attn_norm, L[i + 1].wqkv) if i + 1 < len(L) else (self.w.out_norm, self.w.output)

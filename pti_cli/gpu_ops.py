@@ -227,6 +227,10 @@ class CudaOps:
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines
         self.fused_rope = True        # RoPE and the KV write inside that launch (implies fused_attention)
+        # PTI_ATTN_TILES=1: the fused attention also lays out its rows in the tiles of the Hopper matmul after
+        # it, so that no pti_wg_tiles launch sits between them.  Off until measured on the card (written in
+        # session 36 with no device time left: docs/perf.md)
+        self.attn_tiles = os.environ.get("PTI_ATTN_TILES", "0") == "1"
         self.counters = torch.zeros(1 << 16, dtype=torch.int32, device=device)
         self._old: list[torch.Tensor] = []   # outgrown counters: captured graphs may still use them
 
@@ -255,10 +259,24 @@ class CudaOps:
                        (sh.head_dim, I), (m.max_ctx + 1, I), (int(sh.rope_neox), I)])
         return q
 
-    def attention(self, m, q: torch.Tensor, pos, slot, layer: int, S: int, Pr: int, h16: bool = False) -> torch.Tensor:
-        """TorchOps.attention's rows (bf16, or h16: written so by the fused kernels)."""
+    @property
+    def writes_tiles(self) -> bool:
+        """Whether the pass asks attention() to lay out its rows in the Hopper matmul's tiles (the fused
+        RoPE form can; PTI_ATTN_TILES=1)."""
+        return self.fused_rope and self.attn_tiles
+
+    def attention(self, m, q: torch.Tensor, pos, slot, layer: int, S: int, Pr: int, h16: bool = False,
+                  to: list | None = None, n_a: int = 0) -> torch.Tensor:
+        """TorchOps.attention's rows (bf16, or h16: written so by the fused kernels).  to (the fused RoPE form):
+        the output matrix's input tiles (KernelLinear.input_tiles: one tensor a twin with rows, the first
+        twin's n_a rows into to[0] when there are two), which the kernel also writes (AttnOut)."""
         sh, M = m.shape, q.shape[0]
         hd, H = sh.head_dim, sh.n_heads
+        if to:   # (the kernel writes them unchecked)
+            rows = [n_a, M - n_a] if len(to) > 1 else [M]
+            if not self.fused_rope or len(to) > 2 or (H * hd) % 256 or \
+                    any(t.numel() % (8 * H * hd) or t.numel() // (H * hd) < r for t, r in zip(to, rows)):
+                raise PtiError("the attention cannot lay out these rows in these tiles")
         if hd not in (64, 128) or H // sh.n_kv_heads > GROUPS[-1]:
             raise PtiError(f"the attention kernel takes head size 64 or 128 and <= 8 query heads per KV head")
         ng = next(g for g in GROUPS if g >= H // sh.n_kv_heads)
@@ -284,17 +302,19 @@ class CudaOps:
                       (m.vcache[layer], P), (acc, P), (ml, P)]
             tail = [(H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
                     (int(sh.rope_neox), I), (early, I)]
+            tiles = [(to[0] if to else 0, P), (to[1] if to and len(to) > 1 else 0, P),
+                     (n_a if to and len(to) > 1 else M, I), (to[0].numel() // (H * hd) if to else 0, I)]
             if cl:
                 # blocks of several chunks may combine through shared memory (cls); blocks of one push
                 # their partials to the combining blocks (clp), or leave them in L2 (cl)
                 form = "cls" if cl < nch else "clp" if self.push else "cl"
                 (self.k_wide if on_wide else self.k).launch(
                     f"attn_rope_{form}_{hd}_g{ng}_{_suffix(q)}", (cl, sh.n_kv_heads, M), (ATTN_THREADS,),
-                    common + [(out, P)] + tail + [(cl, I), (int(h16), I)], cluster=cl)
+                    common + [(out, P)] + tail + [(cl, I), (int(h16), I)] + tiles, cluster=cl)
                 return out
             mod = self.k if nch * sh.n_kv_heads * M <= fit else self.k_wide
             mod.launch(name, (nch, sh.n_kv_heads, M), (ATTN_THREADS,),
-                       common + [(self.counters, P), (out, P)] + tail + [(int(h16), I)])
+                       common + [(self.counters, P), (out, P)] + tail + [(int(h16), I)] + tiles)
             return out
         if self.fused_attention:
             self.k.launch(f"attn_fused_{hd}_g{ng}", (nch, sh.n_kv_heads, M), (ATTN_THREADS,),

@@ -397,10 +397,10 @@ def test_eager_passes_bound_the_attention_to_the_rows_positions():
         def __init__(self):
             self.seen: list[tuple[int | None, int]] = []
 
-        def attention(self, m, q, pos, slot, layer, S, P, h16=False):
+        def attention(self, m, q, pos, slot, layer, S, P, h16=False, **tiles):
             if layer == 0:
                 self.seen.append((m.attn_bound, int(pos.max())))
-            return super().attention(m, q, pos, slot, layer, S, P, h16)
+            return super().attention(m, q, pos, slot, layer, S, P, h16, **tiles)
 
     from pti_cli.gpu_model import GpuShape
     shape = GpuShape(n_layers=1, dim=64, ffn=128, n_heads=2, n_kv_heads=1, vocab=96)

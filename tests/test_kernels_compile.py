@@ -171,6 +171,34 @@ def test_h16_shift_is_one_constant_everywhere():
     assert re.search(r"#define H16_SHIFT (\d+)", (root / "pti_ops.hip").read_text()).group(1) == str(H16_SHIFT)
 
 
+def test_both_sources_place_tile_elements_as_the_tile_layout():
+    """The Hopper matmul's activation tiles are written by pti_kernel.hip (pti_wg_tile_at: the residual and
+    gate/up epilogues) and by pti_ops.hip (wg_tile_at: the attention's AttnOut); both index functions,
+    evaluated here as written, must place every element where the torch tile layout does (tests/gpu/
+    wg_helpers.tile_layout, pti_wg_tiles' layout), or a matmul reads another element's value."""
+    import importlib.util
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent
+    spec = importlib.util.spec_from_file_location("wg_helpers", root / "gpu" / "wg_helpers.py")
+    helpers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helpers)
+    for src, fn in (("pti_kernel.hip", "pti_wg_tile_at"), ("pti_ops.hip", "wg_tile_at")):
+        text = (root.parent / "kernels" / src).read_text()
+        body = re.search(fn + r"\(int m, int n, int nb, int nr\) \{(.*?)\n\}", text, re.S).group(1)
+        lets, ret = re.sub(r"\((pti_u64|long)\)", "", body).split("return")
+        lines = [v.strip() for v in lets.replace("const int", "").replace(",", ";").split(";") if v.strip()]
+        env: dict = {}
+        exec("def at(m, n, nb, nr):\n" + "".join(f"    {v}\n" for v in lines) + f"    return {' '.join(ret.split()).strip(';')}\n", env)
+        for k, nr in ((256, 32), (512, 64), (1024, 16)):
+            rows = nr - 3   # rows past them: the tile layout's zeros, which no writer writes
+            want = helpers.tile_layout(torch.arange(1, rows * k + 1, dtype=torch.int64).view(rows, k), nr)
+            got = torch.zeros_like(want)   # element (m, n) holds m k + n + 1
+            at = [env["at"](m, n, k // 32, nr) for m in range(rows) for n in range(k)]
+            got[torch.tensor(at)] = torch.arange(1, rows * k + 1)
+            assert torch.equal(got, want), (src, k, nr)
+
+
 def test_argmax_launch_constants_are_the_kernels():
     """gpu_ops sizes the argmax's grid and its state buffer from ARGMAX_THREADS and ARGMAX_CHUNK:
     they must be pti_ops.hip's, or the kernel writes past the state it is given."""

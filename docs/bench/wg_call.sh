@@ -41,6 +41,7 @@
 #     v1sweep      the policy's one-row variants on gate/up, QKV and O (1 and 8 rows, q8 and ssq16)
 #     timeline     scripts/pass_timeline.py 8b (sequences TIMELINE_SEQS, default 32; twins TIMELINE_TWINS, default ab) under
 #              each NAME=VALUE[,NAME=VALUE] of TIMELINE_ENVS: each kernel kind's time added to the pass (session 35)
+#     gtest        the GPU tests whose names match GTEST_K (pytest -k), their summary in the log (session 36)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
@@ -82,6 +83,9 @@ print_table(res)
 open(sys.argv[1], "w").write(json.dumps(res, indent=1))
 PY
   done ;;
+gtest)
+  step "GPU tests -k $GTEST_K"
+  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "$GTEST_K" 2>&1 | tail -30 >> "$LOG" ;;
 test)
   step make test-gpu
   timeout 420 make test-gpu PYTHON=python3 > "$OUT/test.log" 2>&1; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/test.log" | tail -20 >> "$LOG" ;;

@@ -374,7 +374,10 @@ def test_attention_clusters_give_the_counters_bits(ctx, shape, dev, backend, ops
     in clusters of 3); 70000 positions take the slice combine's plain loop.  With one query head
     of 64 a KV head, 11 chunks push to the 4 blocks that own its 4 groups of 16 outputs.  Every
     form writes h16 rows (for an output matrix that takes them) that are to_h16 of its bf16 rows,
-    bit for bit.  Near torch's RoPE + attention."""
+    bit for bit, and lays out its rows in the Hopper matmul's tiles when given them (AttnOut: two twins
+    split after row 3, or one), as pti_wg_tiles would, leaving rows past a twin's last as they were.
+    Near torch's RoPE + attention."""
+    from wg_helpers import row_of_tiles, tile_layout
     if ops.cluster_max == 0:
         pytest.skip("thread-block clusters need sm_90")   # the counter path is then the only one
     m = gpu_model(shape, dev, backend, ops, graphs=False, max_seqs=4, max_ctx=ctx)
@@ -386,16 +389,22 @@ def test_attention_clusters_give_the_counters_bits(ctx, shape, dev, backend, ops
     slot = torch.tensor([i for i in range(len(starts)) for _ in range(P)], dtype=torch.int32, device=dev)
     qkv = torch.randn(len(starts) * P, (H + 2 * Hk) * hd, generator=gen).bfloat16().to(dev)
     got, keep, push = [], ops.cluster_max, ops.push
+    W, nr, M, n_a = H * hd, 32, len(starts) * P, 3
     for cl, pushed in ((0, push), (keep, True), (keep, False), (3, push)):
         outs = []
-        for h16 in (False, True):
+        for h16, parts in ((False, [(0, n_a), (n_a, M)]), (True, [(0, M)])):
             m.kcache[0].copy_(saved[0])
             m.vcache[0].copy_(saved[1])
             ops.cluster_max, ops.push = cl, pushed
+            tiles = [torch.full((W * nr,), -1, dtype=torch.int16, device=dev) for _ in parts]   # NaN bits
             try:
-                outs.append(ops.attention(m, qkv, pos, slot, 0, len(starts), P, h16=h16).clone())
+                outs.append(ops.attention(m, qkv, pos, slot, 0, len(starts), P, h16=h16, to=tiles, n_a=n_a).clone())
             finally:
                 ops.cluster_max, ops.push = keep, push
+            for t, (lo, hi) in zip(tiles, parts):
+                want = tile_layout(outs[-1][lo:hi].view(torch.int16), nr)
+                written = row_of_tiles(nr, W) < hi - lo
+                assert torch.equal(t[written], want[written]) and (t[~written] == -1).all(), (cl, pushed, h16, lo)
         # the rows as the output matrix takes them when it takes h16 (AttnOut): the bf16 rows' to_h16
         assert outs[1].dtype == torch.float16
         assert torch.equal(outs[1].view(torch.int16), to_h16(outs[0]).view(torch.int16)), (cl, pushed)
@@ -613,11 +622,13 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, dev, 
     """At 40 sequences (20 a twin) or 24 of twins ab (12 a twin: WG_TWIN_MIN_ROWS), a 1024-wide model on the session's backend (PTI_WG_NARROW=auto: the Hopper
     kernels take gate/up and the head) and on one where they take every matrix (1: down and the attention's
     output in their residual form): each Hopper matmul but layer 0's QKV (after the embedding) and the attention's
-    output matrix (after the attention) reads tiles the launch before it laid out.  Twins at 12 rows a twin take
+    output matrix (after the attention, which lays them out too under PTI_ATTN_TILES=1: AttnOut, session 36)
+    reads tiles the launch before it laid out.  Twins at 12 rows a twin take
     every matrix of this model under auto too: each is narrow with a K below WG_MIN_K, which two twins take in
     their own form at 9-16 rows a twin (PTI_WG_TWIN_SHORT, session 35).  Logits bit-identical to
-    PTI_WG_TILES=0 with PTI_WG_RESIDUAL=0 (the pti_wg_tiles launches, the policy's residual epilogue) and to a
-    sequence's pass alone (one row: the policy kernels)."""
+    PTI_WG_TILES=0 with PTI_WG_RESIDUAL=0 (the pti_wg_tiles launches, the policy's residual epilogue), to an
+    attention that writes no tiles (PTI_ATTN_TILES=0, the default: a pti_wg_tiles launch before the output
+    matrix) and to a sequence's pass alone (one row: the policy kernels)."""
     from wg_helpers import backend_with_wgmma
     be = backend if narrow == "auto" else backend_with_wgmma("1", "1")
     shape = GpuShape(n_layers=2, dim=1024, ffn=3072, n_heads=8, n_kv_heads=2, vocab=6144)
@@ -628,12 +639,26 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, dev, 
     monkeypatch.setattr(be, "launch_wg", lambda p, x, y, glu=False, epi=None:
                         launches.append((bool(epi is not None and epi.ti), bool(epi is not None and epi.po)))
                         or real(p, x, y, glu, epi))
-    _, tiled = m.run_pass(seqs, want_logits=True)
+    keep = ops.attn_tiles
+    ops.attn_tiles = True
+    try:
+        _, tiled = m.run_pass(seqs, want_logits=True)
+    finally:
+        ops.attn_tiles = keep
     if be.wgmma and narrow == "auto" and (twins, n_seqs) != ("ab", 24):   # gate/up in both layers and the head
         assert launches == [(True, False)] * 3
     elif be.wgmma:   # QKV, the attention's output, gate/up, down in each layer, then the head
-        assert launches == [(False, False), (False, True), (True, False), (True, True),
-                            (True, False), (False, True), (True, False), (True, True), (True, False)]
+        assert launches == [(False, False), (True, True), (True, False), (True, True),
+                            (True, False), (True, True), (True, False), (True, True), (True, False)]
+    if be.wgmma and launches[1][1]:   # the attention's output matrix on the Hopper kernels, given no tiles
+        launches.clear()
+        ops.attn_tiles = False
+        try:
+            _, untiled = m.run_pass(seqs, want_logits=True)
+        finally:
+            ops.attn_tiles = keep
+        assert launches[1] == (False, True) and launches[5] == (False, True)
+        assert all(torch.equal(t, q) for t, q in zip(tiled, untiled))
     launches.clear()
     monkeypatch.setenv("PTI_WG_TILES", "0")
     monkeypatch.setenv("PTI_WG_RESIDUAL", "0")
