@@ -42,6 +42,9 @@
 #     timeline     scripts/pass_timeline.py 8b (sequences TIMELINE_SEQS, default 32; twins TIMELINE_TWINS, default ab) under
 #              each NAME=VALUE[,NAME=VALUE] of TIMELINE_ENVS: each kernel kind's time added to the pass (session 35)
 #     gtest        the GPU tests whose names match GTEST_K (pytest -k), their summary in the log (session 36)
+#     attn-tiles   session 36's change, not yet run on the card: its GPU tests (gtest), then twins ab at 24 and 32
+#              sequences with PTI_ATTN_TILES 0 / 1 / 0 / 1, and one model at 32 and 64 with PTI_WG_NARROW=auto and
+#              with NARROW=1 plus ATTN_TILES=1, alternated (its JSON "a" and "ab" as synth-env names them)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
@@ -67,6 +70,22 @@ print_table(res)
 open(out, "w").write(json.dumps(res, indent=1))
 PY
 }
+# gtest K: the GPU tests whose names match K (pytest -k), their summary in the log
+gtest() {
+  step "GPU tests -k $1"
+  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "$1" 2>&1 | tail -30 >> "$LOG"
+}
+# synth_env: pti bench --synthetic 8b under each setting of SYNTH_ENVS (the synth-env step)
+synth_env() {
+  # (the JSON's name: "ab" unless SYNTH_TWINS is given; session 35's call 7 named its twins-a runs "ab" too)
+  i=0; tw=${SYNTH_TWINS:-ab}; tw=${tw//,/}
+  for cfg in ${SYNTH_ENVS:-PTI_WG_TILES=0 PTI_WG_TILES=1}; do
+    i=$((i + 1))
+    step "bench --synthetic 8b --twins a,ab $cfg"
+    env ${cfg//,/ } timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs ${SYNTH_SEQS:-32,64} --twins ${SYNTH_TWINS:-a,ab} \
+        --repeats 3 --json "$OUT/synth_8b_${tw}_${cfg//[^A-Za-z0-9]/_}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
+  done
+}
 for s in "$@"; do case $s in
 hopper)
   step hopper tests
@@ -84,8 +103,7 @@ open(sys.argv[1], "w").write(json.dumps(res, indent=1))
 PY
   done ;;
 gtest)
-  step "GPU tests -k $GTEST_K"
-  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k "$GTEST_K" 2>&1 | tail -30 >> "$LOG" ;;
+  gtest "$GTEST_K" ;;
 test)
   step make test-gpu
   timeout 420 make test-gpu PYTHON=python3 > "$OUT/test.log" 2>&1; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/test.log" | tail -20 >> "$LOG" ;;
@@ -129,14 +147,7 @@ synth-sum)
         --repeats 3 --json "$OUT/synth_8b_ab_${nw}_sum${si}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done ;;
 synth-env)
-  # (the JSON's name: "ab" unless SYNTH_TWINS is given; session 35's call 7 named its twins-a runs "ab" too)
-  i=0; tw=${SYNTH_TWINS:-ab}; tw=${tw//,/}
-  for cfg in ${SYNTH_ENVS:-PTI_WG_TILES=0 PTI_WG_TILES=1}; do
-    i=$((i + 1))
-    step "bench --synthetic 8b --twins a,ab $cfg"
-    env ${cfg//,/ } timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs ${SYNTH_SEQS:-32,64} --twins ${SYNTH_TWINS:-a,ab} \
-        --repeats 3 --json "$OUT/synth_8b_${tw}_${cfg//[^A-Za-z0-9]/_}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
-  done ;;
+  synth_env ;;
 timeline)
   for cfg in ${TIMELINE_ENVS:-PTI_WG_TWIN_FORMS=1}; do
     step "pass_timeline 8b ${TIMELINE_SEQS:-32} ${TIMELINE_TWINS:-ab} $cfg"
@@ -241,5 +252,10 @@ PY
   else step "fix-ab: the fixup form was not faster; no synthetic A/B"; fi ;;
 save)
   step kcache_save; kcache_save ;;
+attn-tiles)
+  gtest "clusters_give_the_counters_bits or tiles_and_residual_form_in_the_pass"
+  SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env
+  SYNTH_TWINS=a SYNTH_SEQS=32,64 SYNTH_ENVS="PTI_WG_NARROW=auto PTI_WG_NARROW=1,PTI_ATTN_TILES=1 PTI_WG_NARROW=auto
+      PTI_WG_NARROW=1,PTI_ATTN_TILES=1" synth_env ;;
 esac; done
 step done
