@@ -142,9 +142,9 @@ def attn_wide_cluster_max() -> int:
     return _cluster_setting("PTI_ATTN_WIDE_CL", ATTN_WIDE_CLUSTER_MAX)
 
 
-def _switch(var: str) -> bool:
-    """An on/off setting for A/B runs: unset or 1 on, 0 off."""
-    v = os.environ.get(var) or "1"
+def _switch(var: str, default: str = "1") -> bool:
+    """An on/off setting for A/B runs: 1 on, 0 off, unset the default."""
+    v = os.environ.get(var) or default
     if v not in ("0", "1"):
         raise PtiError(f"{var} must be 0 or 1, not {v!r}")
     return v == "1"
@@ -155,6 +155,13 @@ def attn_push() -> bool:
     shared memory (attn_rope_clp_*; the default) or leave them in L2 (attn_rope_cl_*): PTI_ATTN_PUSH=0
     for A/B runs.  The same bits either way."""
     return _switch("PTI_ATTN_PUSH")
+
+
+def attn_tiles() -> bool:
+    """PTI_ATTN_TILES=1: the fused attention also lays out its rows in the tiles of the Hopper matmul after it
+    (AttnOut), so that no pti_wg_tiles launch sits between them.  Off by default until measured on the card
+    (written in session 36 with no device time left: docs/perf.md)."""
+    return _switch("PTI_ATTN_TILES", "0")
 
 
 def attention_cluster(n_chunks: int, groups: int, cluster_max: int, pinned: list[int], wide_max: int = 0,
@@ -189,6 +196,18 @@ def _suffix(t: torch.Tensor) -> str:
     if t.dtype == torch.float32:
         return "f32"
     raise PtiError(f"pti_ops kernels take bf16 or float32 matmul outputs, not {t.dtype}")
+
+
+def attn_tile_args(to: list | None, n_a: int, M: int, W: int) -> list:
+    """The fused attention's last four arguments (AttnOut's ta, tb, na, tnr) for output rows of width W laid
+    out in the tiles `to` (one tensor a twin with rows, twin A's n_a rows first where there are two; None:
+    no tiles), checked, since the kernel writes them unchecked."""
+    if not to:
+        return [(0, P), (0, P), (M, I), (0, I)]
+    rows = [n_a, M - n_a] if len(to) == 2 else [M]
+    if len(to) > 2 or W % 256 or any(t.numel() % (8 * W) or t.numel() // W < r for t, r in zip(to, rows)):
+        raise PtiError(f"the attention cannot lay out {M} rows of {W} in tiles of {[t.numel() for t in to]}")
+    return [(to[0], P), (to[1] if len(to) == 2 else 0, P), (n_a if len(to) == 2 else M, I), (to[0].numel() // W, I)]
 
 
 class CudaOps:
@@ -227,10 +246,7 @@ class CudaOps:
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines
         self.fused_rope = True        # RoPE and the KV write inside that launch (implies fused_attention)
-        # PTI_ATTN_TILES=1: the fused attention also lays out its rows in the tiles of the Hopper matmul after
-        # it, so that no pti_wg_tiles launch sits between them.  Off until measured on the card (written in
-        # session 36 with no device time left: docs/perf.md)
-        self.attn_tiles = os.environ.get("PTI_ATTN_TILES", "0") == "1"
+        self.attn_tiles = attn_tiles()   # the attention's rows also in the output matrix's tiles (off)
         self.counters = torch.zeros(1 << 16, dtype=torch.int32, device=device)
         self._old: list[torch.Tensor] = []   # outgrown counters: captured graphs may still use them
 
@@ -272,11 +288,8 @@ class CudaOps:
         twin's n_a rows into to[0] when there are two), which the kernel also writes (AttnOut)."""
         sh, M = m.shape, q.shape[0]
         hd, H = sh.head_dim, sh.n_heads
-        if to:   # (the kernel writes them unchecked)
-            rows = [n_a, M - n_a] if len(to) > 1 else [M]
-            if not self.fused_rope or len(to) > 2 or (H * hd) % 256 or \
-                    any(t.numel() % (8 * H * hd) or t.numel() // (H * hd) < r for t, r in zip(to, rows)):
-                raise PtiError("the attention cannot lay out these rows in these tiles")
+        if to and not self.fused_rope:
+            raise PtiError("only the fused RoPE attention lays out its rows in tiles")
         if hd not in (64, 128) or H // sh.n_kv_heads > GROUPS[-1]:
             raise PtiError(f"the attention kernel takes head size 64 or 128 and <= 8 query heads per KV head")
         ng = next(g for g in GROUPS if g >= H // sh.n_kv_heads)
@@ -302,8 +315,7 @@ class CudaOps:
                       (m.vcache[layer], P), (acc, P), (ml, P)]
             tail = [(H, I), (sh.n_kv_heads, I), (m.max_ctx + 1, I), (nch, I), (1.0 / math.sqrt(hd), F), (Pr, I),
                     (int(sh.rope_neox), I), (early, I)]
-            tiles = [(to[0] if to else 0, P), (to[1] if to and len(to) > 1 else 0, P),
-                     (n_a if to and len(to) > 1 else M, I), (to[0].numel() // (H * hd) if to else 0, I)]
+            tiles = attn_tile_args(to, n_a, M, H * hd)
             if cl:
                 # blocks of several chunks may combine through shared memory (cls); blocks of one push
                 # their partials to the combining blocks (clp), or leave them in L2 (cl)

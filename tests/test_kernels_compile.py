@@ -655,6 +655,39 @@ def test_attention_cluster_setting(monkeypatch):
     assert attention_cluster(11, 8 * 16, 16, pinned, 0, wide) == (0, False)    # wide clusters off
 
 
+def test_attention_tile_arguments(monkeypatch):
+    """The fused attention's tile arguments (AttnOut's ta, tb, na, tnr): none, one twin's tiles or two twins'
+    split after twin A's rows; tiles the kernel would write past (fewer tile rows than a twin's rows, rows not
+    in whole groups of 8, a width not in whole groups of 8 blocks of 32, three twins) refused, since the kernel
+    writes them unchecked.  Off by default (PTI_ATTN_TILES=1 on: not yet run on the card, session 36)."""
+    from pti_cli.errors import PtiError
+    from pti_cli.gpu_ops import attn_tile_args
+    W = 512
+    room = lambda nr: torch.empty(W * nr, dtype=torch.float16)   # noqa: E731
+    a, b = room(32), room(16)
+    got = attn_tile_args([a, b], 12, 20, W)
+    assert got[0][0] is a and got[1][0] is b and [v for v, _ in got[2:]] == [12, 32]
+    got = attn_tile_args([a], 5, 20, W)   # one twin: all 20 rows into a (n_a is not a split then)
+    assert got[0][0] is a and got[1][0] == 0 and [v for v, _ in got[2:]] == [20, 32]
+    assert [v for v, _ in attn_tile_args(None, 5, 20, W)] == [0, 0, 20, 0]
+    for to, n_a, M, w in (([a, b], 12, 29, W),   # twin B has 17 rows, its tiles 16
+                          ([room(12)], 0, 8, W),   # 12 tile rows: not whole groups of 8
+                          ([a], 0, 33, W),   # 33 rows in 32
+                          ([room(32)], 0, 8, 480),   # 15 blocks of 32
+                          ([a, a, a], 4, 12, W)):
+        with pytest.raises(PtiError, match="cannot lay out"):
+            attn_tile_args(to, n_a, M, w)
+    from pti_cli.gpu_ops import attn_tiles
+    monkeypatch.delenv("PTI_ATTN_TILES", raising=False)
+    assert attn_tiles() is False
+    for v in ("0", "1"):
+        monkeypatch.setenv("PTI_ATTN_TILES", v)
+        assert attn_tiles() == (v == "1")
+    monkeypatch.setenv("PTI_ATTN_TILES", "on")
+    with pytest.raises(PtiError, match="PTI_ATTN_TILES"):
+        attn_tiles()
+
+
 def test_attention_push_setting(monkeypatch):
     """The push combine is the default for cluster launches of one chunk a block; PTI_ATTN_PUSH=0
     keeps the partials in L2 (A/B runs); anything else is refused."""
