@@ -81,7 +81,7 @@ synth_env() {
   i=0; tw=${SYNTH_TWINS:-ab}; tw=${tw//,/}
   for cfg in ${SYNTH_ENVS:-PTI_WG_TILES=0 PTI_WG_TILES=1}; do
     i=$((i + 1))
-    step "bench --synthetic 8b --twins a,ab $cfg"
+    step "bench --synthetic 8b --seqs ${SYNTH_SEQS:-32,64} --twins ${SYNTH_TWINS:-a,ab} $cfg"
     env ${cfg//,/ } timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs ${SYNTH_SEQS:-32,64} --twins ${SYNTH_TWINS:-a,ab} \
         --repeats 3 --json "$OUT/synth_8b_${tw}_${cfg//[^A-Za-z0-9]/_}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done
