@@ -158,10 +158,10 @@ def attn_push() -> bool:
 
 
 def attn_tiles() -> bool:
-    """PTI_ATTN_TILES=1: the fused attention also lays out its rows in the tiles of the Hopper matmul after it
-    (AttnOut), so that no pti_wg_tiles launch sits between them.  Off by default until measured on the card
-    (written in session 36 with no device time left: docs/perf.md)."""
-    return _switch("PTI_ATTN_TILES", "0")
+    """PTI_ATTN_TILES (default 1): the fused attention also lays out its rows in the tiles of the Hopper matmul
+    after it (AttnOut), so that no pti_wg_tiles launch sits between them: twins ab +1.7% / +1.4% at 24 / 32
+    sequences on the H200 (docs/perf.md, session 37).  0: a pti_wg_tiles launch before O, for A/B runs."""
+    return _switch("PTI_ATTN_TILES")
 
 
 def attention_cluster(n_chunks: int, groups: int, cluster_max: int, pinned: list[int], wide_max: int = 0,
@@ -246,7 +246,7 @@ class CudaOps:
         self.sink = torch.zeros(4, dtype=torch.int32, device=device)
         self.fused_attention = True   # one attention launch: the last chunk block combines
         self.fused_rope = True        # RoPE and the KV write inside that launch (implies fused_attention)
-        self.attn_tiles = attn_tiles()   # the attention's rows also in the output matrix's tiles (off)
+        self.attn_tiles = attn_tiles()   # the attention's rows also in the output matrix's tiles
         self.counters = torch.zeros(1 << 16, dtype=torch.int32, device=device)
         self._old: list[torch.Tensor] = []   # outgrown counters: captured graphs may still use them
 

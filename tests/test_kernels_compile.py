@@ -446,13 +446,16 @@ def test_hopper_eligibility_wants_whole_units_and_blocks():
     assert not be.wg_eligible(pack(tall, 1024))
 
 
-def test_hopper_narrow_class_only_on_a_long_k():
-    """PTI_WG_NARROW=auto (WG_MIN_K): the Hopper kernels take a narrow matrix only from K = 8192, where they
-    were measured faster than the policy, and no ring copy is made for one they would not take; the other
-    classes at any K.  wg_ready: 17-64 rows through packs that all have their copy, with an epilogue that
-    only scales by each row's inv, given or summed (Epilogue.wg_ok)."""
-    from pti_cli.backends.cuda import WG_MIN_K, CudaBackend, Epilogue
+def test_hopper_narrow_class_on_a_long_k_or_few_rows(monkeypatch):
+    """PTI_WG_NARROW=auto (WG_MIN_K): the Hopper kernels take a narrow matrix at 17-64 rows from K = 8192, where
+    they were measured faster than the policy; below it one model's only at 17-32 rows (wg_short_one), and with
+    PTI_WG_SHORT_ONE=0 not at all, its ring copy then not made; the other classes at any K.  wg_ready: rows
+    through packs that all have their copy, with an epilogue that only scales by each row's inv, given or summed
+    (Epilogue.wg_ok)."""
+    from pti_cli.backends.cuda import WG_MIN_K, WG_SHORT_ONE_MAX_ROWS, CudaBackend, Epilogue
+    from pti_cli.errors import PtiError
     from pti_cli.backends.repack import Packed
+    monkeypatch.delenv("PTI_WG_SHORT_ONE", raising=False)
     be = object.__new__(CudaBackend)
     be.wgmma, be.sm_count, be.wg_classes, be.wg_min_k = True, 4, ("x", "w", "n"), WG_MIN_K
 
@@ -463,8 +466,21 @@ def test_hopper_narrow_class_only_on_a_long_k():
         p.ring = p if be.wg_eligible(p) else None   # (wg_ready asks only whether there is one)
         return p
     tall, wide, narrow = 32, 16, 8   # row groups (8, 4 and 2 a SM): width classes x, w (from 2.5 a SM) and n
+    assert [be.wg_eligible(pack(g, 1024)) for g in (tall, wide, narrow)] == [True, True, True]
+    assert WG_SHORT_ONE_MAX_ROWS == 32 and be.short_k(pack(narrow, 8192 - 1024)) and not be.short_k(pack(narrow, 8192))
+    short = pack(narrow, 8192 - 1024)   # one model: 17-32 rows (wg_short_one), not 16 nor 33
+    assert [be.wg_ready([short], m) for m in (16, 17, 32, 33, 64)] == [False, True, True, False, False]
+    monkeypatch.setenv("PTI_WG_SHORT_ONE", "0")
     assert [be.wg_eligible(pack(g, 1024)) for g in (tall, wide, narrow)] == [True, True, False]
     assert be.wg_eligible(pack(narrow, 8192)) and not be.wg_eligible(pack(narrow, 8192 - 1024))
+    assert not be.wg_ready([short], 17)   # (a copy made before the setting changed)
+    monkeypatch.setenv("PTI_WG_SHORT_ONE", "64")
+    assert [be.wg_ready([short], m) for m in (16, 17, 64, 65)] == [False, True, True, False]
+    for bad in ("65", "-1", "x", ""):
+        monkeypatch.setenv("PTI_WG_SHORT_ONE", bad)
+        with pytest.raises(PtiError, match="PTI_WG_SHORT_ONE"):
+            be.wg_eligible(short)
+    monkeypatch.delenv("PTI_WG_SHORT_ONE")
     for p, least in ((pack(tall, 1024), 9), (pack(wide, 1024), 17), (pack(narrow, 8192), 17)):
         ms = (least - 1, least, 64, 65)   # one model: the tall class from 9 rows (WG_TALL_MIN_ROWS), the others 17
         assert [be.wg_ready([p], m) for m in ms] == [False, True, True, False]
@@ -481,12 +497,13 @@ def test_hopper_narrow_class_only_on_a_long_k():
 
 def test_hopper_two_twins_take_a_short_narrow_matrix_in_their_form(monkeypatch):
     """Two twins of a narrow matrix below WG_MIN_K (an 8B model's O) get its ring copy and take their two-twin
-    form (m2_c4) at 9-16 rows a twin, and nothing else: not one twin, not past 16 rows a twin, not a launch of
-    one of the two twins' packs; neither with PTI_WG_TWIN_SHORT=0 nor with no two-twin form (PTI_WG_TWIN_FORMS=0).
-    A long-K narrow matrix keeps every form."""
+    form (m2_c4) at 9-16 rows a twin, not past 16 rows a twin, and a launch of one of the two twins' packs only
+    as one model's (17-32 rows, wg_short_one); neither with PTI_WG_TWIN_SHORT=0 nor with no two-twin form
+    (PTI_WG_TWIN_FORMS=0).  One model's copy is made only while wg_short_one is on.  A long-K narrow matrix keeps
+    every form."""
     from pti_cli.backends.cuda import WG_MIN_K, WG_TWIN_FORM, CudaBackend, PtiError, wg_twin_short
     from pti_cli.backends.repack import Packed
-    for v in ("PTI_WG_TWIN_SHORT", "PTI_WG_TWIN_FORMS", "PTI_WG_TWIN_MIN_ROWS", "PTI_WG_M2"):
+    for v in ("PTI_WG_TWIN_SHORT", "PTI_WG_TWIN_FORMS", "PTI_WG_TWIN_MIN_ROWS", "PTI_WG_M2", "PTI_WG_SHORT_ONE"):
         monkeypatch.delenv(v, raising=False)
     be = object.__new__(CudaBackend)
     be.wgmma, be.sm_count, be.wg_classes, be.wg_min_k = True, 4, ("x", "w", "n"), WG_MIN_K
@@ -501,15 +518,17 @@ def test_hopper_two_twins_take_a_short_narrow_matrix_in_their_form(monkeypatch):
         return out
     short, long_k = 4096, 8192
     assert [p.ring is not None for p in packs(short, 2)] == [True, True]
-    assert [p.ring is not None for p in packs(short, 1)] == [False]
+    assert [p.ring is not None for p in packs(short, 1)] == [True]   # one model at 17-32 rows (wg_short_one)
     two = packs(short, 2)
     assert [be.wg_ready(two, m) for m in (8, 9, 16, 17, 64)] == [False, True, True, False, False]
-    assert not be.wg_ready(two[:1], 16)                        # one twin's rows of a two-twin matrix
+    assert [be.wg_ready(two[:1], m) for m in (16, 17, 32, 33)] == [False, True, True, False]   # one twin's rows
     be.wg_table = {"n": ((32, "m4_c8", 4, 2, 4, 8, 0),)}
     assert be.wg_kernel(16, torch.float32, rows=128, twins=2)[0].endswith("_" + WG_TWIN_FORM[1])
     two_long = packs(long_k, 2)
     assert [be.wg_ready(two_long, m) for m in (9, 16, 17, 64)] == [True, True, True, True]
     assert [be.wg_ready(packs(long_k, 1), m) for m in (16, 17)] == [False, True]
+    monkeypatch.setenv("PTI_WG_SHORT_ONE", "0")
+    assert [p.ring is not None for p in packs(short, 1)] == [False] and be.wg_ready(two, 16)
     monkeypatch.setenv("PTI_WG_TWIN_SHORT", "0")
     assert not wg_twin_short() and [p.ring is not None for p in packs(short, 2)] == [False, False]
     assert not be.wg_ready(two, 16)                            # (a copy made before the setting changed)
@@ -659,7 +678,7 @@ def test_attention_tile_arguments(monkeypatch):
     """The fused attention's tile arguments (AttnOut's ta, tb, na, tnr): none, one twin's tiles or two twins'
     split after twin A's rows; tiles the kernel would write past (fewer tile rows than a twin's rows, rows not
     in whole groups of 8, a width not in whole groups of 8 blocks of 32, three twins) refused, since the kernel
-    writes them unchecked.  Off by default (PTI_ATTN_TILES=1 on: not yet run on the card, session 36)."""
+    writes them unchecked.  On by default (PTI_ATTN_TILES=0 off: session 37 measured it on the H200)."""
     from pti_cli.errors import PtiError
     from pti_cli.gpu_ops import attn_tile_args
     W = 512
@@ -679,7 +698,7 @@ def test_attention_tile_arguments(monkeypatch):
             attn_tile_args(to, n_a, M, w)
     from pti_cli.gpu_ops import attn_tiles
     monkeypatch.delenv("PTI_ATTN_TILES", raising=False)
-    assert attn_tiles() is False
+    assert attn_tiles() is True
     for v in ("0", "1"):
         monkeypatch.setenv("PTI_ATTN_TILES", v)
         assert attn_tiles() == (v == "1")

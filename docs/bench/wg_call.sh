@@ -45,6 +45,10 @@
 #     attn-tiles   session 36's change, not yet run on the card: its GPU tests (gtest), then twins ab at 24 and 32
 #              sequences with PTI_ATTN_TILES 0 / 1 / 0 / 1, and one model at 32 and 64 with PTI_WG_NARROW=auto and
 #              with NARROW=1 plus ATTN_TILES=1, alternated (its JSON "a" and "ab" as synth-env names them)
+#     short-one    session 37's default (one model's O at 17-32 rows on the Hopper kernels): one model at 24, 32 and 64
+#              sequences with PTI_WG_SHORT_ONE 0 / 32 / 0 / 32 (JSON "a")
+#     attn-ab      twins ab at 24 and 32 sequences with PTI_ATTN_TILES 0 / 1 / 0 / 1 (JSON "ab"; session 37 repeats its
+#              first call's A/B, whose logs were lost)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
@@ -257,5 +261,9 @@ attn-tiles)
   SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env
   SYNTH_TWINS=a SYNTH_SEQS=32,64 SYNTH_ENVS="PTI_WG_NARROW=auto PTI_WG_NARROW=1,PTI_ATTN_TILES=1 PTI_WG_NARROW=auto
       PTI_WG_NARROW=1,PTI_ATTN_TILES=1" synth_env ;;
+short-one)
+  SYNTH_TWINS=a SYNTH_SEQS=24,32,64 SYNTH_ENVS="PTI_WG_SHORT_ONE=0 PTI_WG_SHORT_ONE=32 PTI_WG_SHORT_ONE=0 PTI_WG_SHORT_ONE=32" synth_env ;;
+attn-ab)
+  SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env ;;
 esac; done
 step done

@@ -168,6 +168,20 @@ WG_MIN_K = {"n": 8192}
 # sequences, its pti_wg_tiles launch included (PTI_WG_TWIN_SHORT 0 and 1 alternated; docs/perf.md, session 35).
 # Such a matrix gets its ring copy only with two twins, and the Hopper kernels take it only in that form.
 # PTI_WG_TWIN_SHORT=0: not (session 34's path), for A/B runs.
+WG_SHORT_ONE_MAX_ROWS = 32
+# One twin of such a matrix takes the Hopper kernels at WG_MIN_ROWS to WG_SHORT_ONE_MAX_ROWS rows: its
+# activations come in tiles from the attention (PTI_ATTN_TILES), so the Hopper call costs no pti_wg_tiles launch,
+# and one model at 32 sequences gained 3.8% that way, while at 64 it lost 0.6% (PTI_WG_NARROW=1 with the
+# attention's tiles against auto, alternated; docs/perf.md, session 37).  PTI_WG_SHORT_ONE: that most (0: never).
+
+
+def wg_short_one() -> int:
+    """PTI_WG_SHORT_ONE (default WG_SHORT_ONE_MAX_ROWS): the most rows at which one twin of a narrow matrix below
+    WG_MIN_K takes the Hopper kernels; 0: never (session 36's path), for A/B runs."""
+    v = os.environ.get("PTI_WG_SHORT_ONE", str(WG_SHORT_ONE_MAX_ROWS))
+    if not v.isdigit() or int(v) > MAX_ROWS:
+        raise PtiError(f"PTI_WG_SHORT_ONE must be a row count from 0 to {MAX_ROWS}, not {v!r}")
+    return int(v)
 
 
 def wg_twin_short() -> bool:
@@ -469,11 +483,12 @@ class KernelBackend(Backend):
         whole, so past a ragged K it would read the next row's values (or past the end), where a NaN or inf
         times the padding's zero weights is NaN (session 28: 1024x1000 with PTI_WG_NARROW=1); and K long
         enough for its class (WG_MIN_K), so that no ring copy is made for a matrix the policy is faster on,
-        unless two twins take it in their own form (twin_short_form)."""
+        unless two twins take it in their own form (twin_short_form) or one twin at a few rows (wg_short_one)."""
         g, nb = p.q.shape[:2]
         cls = width_class(p.rows / 16 / self.sm_count)
+        short_ok = (twins == 2 and self.twin_short_form(p) is not None) or (twins == 1 and wg_short_one() >= WG_MIN_ROWS)
         return (self.wgmma and cls in self.wg_classes and g % RING_GROUPS == 0 and nb % 32 == 0
-                and p.cols == 32 * nb and (not self.short_k(p) or (twins == 2 and self.twin_short_form(p) is not None)))
+                and p.cols == 32 * nb and (not self.short_k(p) or short_ok))
 
     def with_ring(self, p: Packed, twins: int = 1) -> Packed:
         """p (one of `twins` twins of a matrix), with its ring-layout copy for the Hopper kernels when they are
@@ -532,9 +547,9 @@ class KernelBackend(Backend):
             least = int(os.environ.get("PTI_WG_TALL_MIN_ROWS", WG_TALL_MIN_ROWS))
         else:
             least = WG_MIN_ROWS
-        if any(self.short_k(p) for p in packs):   # two twins in their own form only (twin_short_form)
-            own = self.twin_short_form(packs[0])
-            if len(packs) != 2 or own is None or m > own[0]:
+        if any(self.short_k(p) for p in packs):   # one twin up to wg_short_one rows, two in their own form only
+            own = self.twin_short_form(packs[0]) if len(packs) == 2 else None
+            if m > (wg_short_one() if len(packs) == 1 else own[0] if own else 0):
                 return False
         return (least <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
                 and (epi is None or epi.wg_ok()))

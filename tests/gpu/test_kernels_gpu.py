@@ -668,13 +668,16 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
 def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch):
     """PTI_WG_NARROW=auto: two twins of a narrow matrix below WG_MIN_K (an 8B model's O, 4096x4096) get their
     ring copies and take the two-twin form (m2_c4) at 9-16 rows a twin, bit for bit the policy's, plain and
-    scaled by each row's inv; past 16 rows a twin, and for one twin of it, the policy serves (no launch)."""
+    scaled by each row's inv; past 16 rows a twin the policy serves (no launch).  One twin of it (one model) takes
+    the narrow class's own forms at 17-32 rows (wg_short_one), the policy's bits, and the policy at 16 and 33;
+    with PTI_WG_SHORT_ONE=0 it gets no ring copy."""
     wg_backend = backend_with_wgmma("1", "auto")
     if not hopper(wg_backend):
         return
     from pti_cli.backends.cuda import WG_TWIN_FORM, Epilogue, width_class
     monkeypatch.delenv("PTI_WG_TWIN_SHORT", raising=False)
     monkeypatch.delenv("PTI_WG_TWIN_FORMS", raising=False)
+    monkeypatch.delenv("PTI_WG_SHORT_ONE", raising=False)
     wg_calls = []
     real = wg_backend.launch_wg
     monkeypatch.setattr(wg_backend, "launch_wg", lambda *a: wg_calls.append(real(*a)) or wg_calls[-1])
@@ -685,7 +688,20 @@ def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch):
     plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k)
     assert all(p.ring is not None for p in ring.packs)
     one = wg_backend.weight_from_q8([(pairs[0][0].cuda(), pairs[0][1].cuda())], k)
-    assert one.packs[0].ring is None
+    one_plain = policy_backend.weight_from_q8([(pairs[0][0].cuda(), pairs[0][1].cuda())], k)
+    assert one.packs[0].ring is not None
+    for m, want_calls in ((16, 0), (17, 1), (32, 1), (33, 0)):
+        wg_calls.clear()
+        x = rand_x(m, k, torch.bfloat16)
+        y, z = poisoned(m, n, torch.float32), poisoned(m, n, torch.float32)
+        wg_backend.matmul(x, one, 0, out=y)
+        policy_backend.matmul(x, one_plain, 0, out=z)
+        assert len(wg_calls) == want_calls and not any(c.endswith("_" + WG_TWIN_FORM[1]) for c in wg_calls), wg_calls
+        assert not torch.isnan(y).any() and torch.equal(y.view(torch.int32), z.view(torch.int32)), m
+        check_close(y, x, *pairs[0], k)
+    monkeypatch.setenv("PTI_WG_SHORT_ONE", "0")
+    assert wg_backend.weight_from_q8([(pairs[0][0].cuda(), pairs[0][1].cuda())], k).packs[0].ring is None
+    monkeypatch.delenv("PTI_WG_SHORT_ONE")
     for m, want_calls in ((9, 1), (16, 1), (17, 0)):
         xs = [rand_x(m, k, torch.bfloat16), rand_x(m - 2, k, torch.bfloat16)]
         invs = [torch.rand(x.shape[0], generator=GEN).add(0.5).cuda() for x in xs]
