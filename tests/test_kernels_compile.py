@@ -486,6 +486,11 @@ def test_hopper_narrow_class_on_a_long_k_or_few_rows(monkeypatch):
         assert [be.wg_ready([p], m) for m in ms] == [False, True, True, False]
         assert be.wg_ready([p, p], 17)
     assert not be.wg_ready([pack(tall, 1024), pack(narrow, 1024)], 40)    # every pack must have its copy
+    res = lambda: Epilogue(32, uo=[torch.ones(1)], po=[torch.ones(1)], g=[torch.ones(1)])   # noqa: E731 (residual)
+    ragged = pack(tall, 1024)
+    ragged.rows -= 8   # not whole 128-row units: the residual form's launch would refuse it, so the policy's
+    assert be.wg_ready([pack(tall, 1024)], 40, res()) and not be.wg_ready([ragged], 40, res())
+    assert be.wg_ready([ragged], 40)
     inv, pin = [torch.ones(40)], [torch.ones(40, 2)]
     assert be.wg_ready([pack(tall, 1024)], 40, Epilogue(32, inv=inv))
     assert be.wg_ready([pack(tall, 1024)], 40, Epilogue(32, pin=pin, inv=inv, sum_inv=True))
@@ -497,10 +502,10 @@ def test_hopper_narrow_class_on_a_long_k_or_few_rows(monkeypatch):
 
 def test_hopper_two_twins_take_a_short_narrow_matrix_in_their_form(monkeypatch):
     """Two twins of a narrow matrix below WG_MIN_K (an 8B model's O) get its ring copy and take their two-twin
-    form (m2_c4) at 9-16 rows a twin, not past 16 rows a twin, and a launch of one of the two twins' packs only
-    as one model's (17-32 rows, wg_short_one); neither with PTI_WG_TWIN_SHORT=0 nor with no two-twin form
-    (PTI_WG_TWIN_FORMS=0).  One model's copy is made only while wg_short_one is on.  A long-K narrow matrix keeps
-    every form."""
+    form (m2_c4) at 9-16 rows a twin, and nothing else: not past 16 rows a twin, not a launch of one of the two
+    twins' packs (one model's matrix at 17-32 rows: wg_short_one); neither with PTI_WG_TWIN_SHORT=0 nor with no
+    two-twin form (PTI_WG_TWIN_FORMS=0).  One model's copy is made only while wg_short_one is on.  A long-K
+    narrow matrix keeps every form."""
     from pti_cli.backends.cuda import WG_MIN_K, WG_TWIN_FORM, CudaBackend, PtiError, wg_twin_short
     from pti_cli.backends.repack import Packed
     for v in ("PTI_WG_TWIN_SHORT", "PTI_WG_TWIN_FORMS", "PTI_WG_TWIN_MIN_ROWS", "PTI_WG_M2", "PTI_WG_SHORT_ONE"):
@@ -513,7 +518,7 @@ def test_hopper_two_twins_take_a_short_narrow_matrix_in_their_form(monkeypatch):
         for _ in range(twins):
             p = Packed(torch.zeros(8, k // 32, 32, 16, dtype=torch.int8), torch.zeros(8, k // 32, 8, dtype=torch.int32),
                        128, k)
-            p.ring = p if be.wg_eligible(p, twins) else None
+            p.twins, p.ring = twins, p if be.wg_eligible(p, twins) else None
             out.append(p)
         return out
     short, long_k = 4096, 8192
@@ -521,7 +526,8 @@ def test_hopper_two_twins_take_a_short_narrow_matrix_in_their_form(monkeypatch):
     assert [p.ring is not None for p in packs(short, 1)] == [True]   # one model at 17-32 rows (wg_short_one)
     two = packs(short, 2)
     assert [be.wg_ready(two, m) for m in (8, 9, 16, 17, 64)] == [False, True, True, False, False]
-    assert [be.wg_ready(two[:1], m) for m in (16, 17, 32, 33)] == [False, True, True, False]   # one twin's rows
+    assert not any(be.wg_ready(two[:1], m) for m in (16, 17, 32, 33))   # one twin's rows of the two: not measured
+    assert [be.wg_ready(packs(short, 1), m) for m in (16, 17, 32, 33)] == [False, True, True, False]
     be.wg_table = {"n": ((32, "m4_c8", 4, 2, 4, 8, 0),)}
     assert be.wg_kernel(16, torch.float32, rows=128, twins=2)[0].endswith("_" + WG_TWIN_FORM[1])
     two_long = packs(long_k, 2)

@@ -494,6 +494,7 @@ class KernelBackend(Backend):
         """p (one of `twins` twins of a matrix), with its ring-layout copy for the Hopper kernels when they are
         loaded, can take it, and the copy fits (ring_fits: free memory, torch's cached blocks included).  The
         copy doubles the matrix's memory; a matrix without one takes the policy kernels, with the same bits."""
+        p.twins = twins
         if p.ring is None and self.wg_eligible(p, twins):
             free, total = torch.cuda.mem_get_info(self.device)
             cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
@@ -536,7 +537,9 @@ class KernelBackend(Backend):
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: each row scaled
         by its inv, given or summed, or the residual form (Epilogue.wg_ok; PTI_WG_RESIDUAL=0: not that one,
-        for A/B runs)."""
+        for A/B runs) of a matrix in whole 128-row units.  A matrix below its class's WG_MIN_K: one model's
+        (Packed.twins 1) up to wg_short_one rows, two twins' in their own form only; one twin's rows of two
+        twins' matrix (matmul_epi's two launches past TWIN_KERNEL_MAX_ROWS rows) not: not measured."""
         if epi is not None and epi.po and os.environ.get("PTI_WG_RESIDUAL", "1") == "0":
             return False
         # the fewest rows (of the launch's largest twin): WG_TWIN_MIN_ROWS for two twins (PTI_WG_TWIN_MIN_ROWS, A/B),
@@ -547,12 +550,12 @@ class KernelBackend(Backend):
             least = int(os.environ.get("PTI_WG_TALL_MIN_ROWS", WG_TALL_MIN_ROWS))
         else:
             least = WG_MIN_ROWS
-        if any(self.short_k(p) for p in packs):   # one twin up to wg_short_one rows, two in their own form only
+        if any(self.short_k(p) for p in packs):
             own = self.twin_short_form(packs[0]) if len(packs) == 2 else None
-            if m > (wg_short_one() if len(packs) == 1 else own[0] if own else 0):
+            if m > (wg_short_one() if len(packs) == 1 and packs[0].twins == 1 else own[0] if own else 0):
                 return False
         return (least <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
-                and (epi is None or epi.wg_ok()))
+                and (epi is None or (epi.wg_ok() and not (epi.po and packs[0].rows % 128))))
 
     def _dev(self, a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a).view(np.dtype(str(dtype).split(".")[1])).copy())

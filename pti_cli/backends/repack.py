@@ -46,6 +46,7 @@ class Packed:
     cols: int         # K, logical
     code: str = "bf16"   # CODES: bf16 (sign-magnitude), f16 (offset binary), h16 (offset binary, scales x 2^H16_SHIFT)
     ring: "Packed | None" = None   # the same matrix in ring_pack's layout, for the Hopper kernels (or none)
+    twins: int = 1   # its matrix's twins (with_ring): one model's short-K matrices take the Hopper kernels at few rows
 
     @property
     def nbytes(self) -> int:
