@@ -170,9 +170,9 @@ WG_MIN_K = {"n": 8192}
 # PTI_WG_TWIN_SHORT=0: not (session 34's path), for A/B runs.
 WG_SHORT_ONE_MAX_ROWS = 32
 # One twin of such a matrix takes the Hopper kernels at WG_MIN_ROWS to WG_SHORT_ONE_MAX_ROWS rows: its
-# activations come in tiles from the attention (PTI_ATTN_TILES), so the Hopper call costs no pti_wg_tiles launch,
-# and one model at 32 sequences gained 3.8% that way, while at 64 it lost 0.6% (PTI_WG_NARROW=1 with the
-# attention's tiles against auto, alternated; docs/perf.md, session 37).  PTI_WG_SHORT_ONE: that most (0: never).
+# activations come in tiles from the attention (PTI_ATTN_TILES), so the Hopper call costs no pti_wg_tiles launch:
+# one model +5.1% / +2.6% at 24 / 32 sequences (PTI_WG_SHORT_ONE 0 and 32 alternated), while at 64 rows that form
+# lost 0.6% (PTI_WG_NARROW=1 against auto; docs/perf.md, session 37).  PTI_WG_SHORT_ONE: that most (0: never).
 
 
 def wg_short_one() -> int:
