@@ -159,7 +159,7 @@ def attn_push() -> bool:
 
 def attn_tiles() -> bool:
     """PTI_ATTN_TILES (default 1): the fused attention also lays out its rows in the tiles of the Hopper matmul
-    after it (AttnOut), so that no pti_wg_tiles launch sits between them: twins ab +1.7% / +1.4% at 24 / 32
+    after it (AttnOut), so that no pti_wg_tiles launch sits between them: twins ab +1.8% / +1.4% at 24 / 32
     sequences on the H200 (docs/perf.md, session 37).  0: a pti_wg_tiles launch before O, for A/B runs."""
     return _switch("PTI_ATTN_TILES")
 
