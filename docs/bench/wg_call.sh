@@ -47,6 +47,8 @@
 #              with NARROW=1 plus ATTN_TILES=1, alternated (its JSON "a" and "ab" as synth-env names them)
 #     short-one    session 37's default (one model's O at 17-32 rows on the Hopper kernels): one model at 24, 32 and 64
 #              sequences with PTI_WG_SHORT_ONE 0 / 32 / 0 / 32 (JSON "a")
+#     short-two    twins ab at 40 and 64 sequences (20 and 32 rows a twin) with PTI_WG_SHORT_TWO 16 / 32 / 16 / 32: two
+#              twins' O past their own form's 16 rows a twin on the narrow class's forms (session 37)
 #     attn-ab      twins ab at 24 and 32 sequences with PTI_ATTN_TILES 0 / 1 / 0 / 1 (JSON "ab"; session 37 repeats its
 #              first call's A/B, whose logs were lost)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
@@ -263,6 +265,8 @@ attn-tiles)
       PTI_WG_NARROW=1,PTI_ATTN_TILES=1" synth_env ;;
 short-one)
   SYNTH_TWINS=a SYNTH_SEQS=24,32,64 SYNTH_ENVS="PTI_WG_SHORT_ONE=0 PTI_WG_SHORT_ONE=32 PTI_WG_SHORT_ONE=0 PTI_WG_SHORT_ONE=32" synth_env ;;
+short-two)
+  SYNTH_TWINS=ab SYNTH_SEQS=40,64 SYNTH_ENVS="PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32 PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32" synth_env ;;
 attn-ab)
   SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env ;;
 esac; done

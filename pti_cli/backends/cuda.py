@@ -175,13 +175,29 @@ WG_SHORT_ONE_MAX_ROWS = 32
 # lost 0.6% (PTI_WG_NARROW=1 against auto; docs/perf.md, session 37).  PTI_WG_SHORT_ONE: that most (0: never).
 
 
+WG_SHORT_TWO_MAX_ROWS = 16
+# Two twins of such a matrix past their own form's 16 rows a twin: the class's own forms up to this many rows a
+# twin (PTI_WG_SHORT_TWO; 16: none past their own form).
+
+
+def rows_setting(var: str, default: int) -> int:
+    """A row count from the environment (0 to MAX_ROWS), for A/B runs; a clear error otherwise."""
+    v = os.environ.get(var, str(default))
+    if not v.isdigit() or int(v) > MAX_ROWS:
+        raise PtiError(f"{var} must be a row count from 0 to {MAX_ROWS}, not {v!r}")
+    return int(v)
+
+
 def wg_short_one() -> int:
     """PTI_WG_SHORT_ONE (default WG_SHORT_ONE_MAX_ROWS): the most rows at which one twin of a narrow matrix below
     WG_MIN_K takes the Hopper kernels; 0: never (session 36's path), for A/B runs."""
-    v = os.environ.get("PTI_WG_SHORT_ONE", str(WG_SHORT_ONE_MAX_ROWS))
-    if not v.isdigit() or int(v) > MAX_ROWS:
-        raise PtiError(f"PTI_WG_SHORT_ONE must be a row count from 0 to {MAX_ROWS}, not {v!r}")
-    return int(v)
+    return rows_setting("PTI_WG_SHORT_ONE", WG_SHORT_ONE_MAX_ROWS)
+
+
+def wg_short_two() -> int:
+    """PTI_WG_SHORT_TWO (default WG_SHORT_TWO_MAX_ROWS): the most rows a twin at which two twins of a narrow
+    matrix below WG_MIN_K take the Hopper kernels, where they take it at all (their own form, twin_short_form)."""
+    return rows_setting("PTI_WG_SHORT_TWO", WG_SHORT_TWO_MAX_ROWS)
 
 
 def wg_twin_short() -> bool:
@@ -538,8 +554,8 @@ class KernelBackend(Backend):
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: each row scaled
         by its inv, given or summed, or the residual form (Epilogue.wg_ok; PTI_WG_RESIDUAL=0: not that one,
         for A/B runs) of a matrix in whole 128-row units.  A matrix below its class's WG_MIN_K: one model's
-        (Packed.twins 1) up to wg_short_one rows, two twins' in their own form only, and not one twin's rows of a
-        two-twin matrix (matmul_epi's two launches past TWIN_KERNEL_MAX_ROWS rows a twin: not measured)."""
+        (Packed.twins 1) up to wg_short_one rows, two twins' in their own form (up to wg_short_two rows a twin
+        past it), and not one twin's rows of a two-twin matrix (matmul_epi's two launches past TWIN_KERNEL_MAX_ROWS rows a twin: not measured)."""
         if epi is not None and epi.po and os.environ.get("PTI_WG_RESIDUAL", "1") == "0":
             return False
         # the fewest rows (of the launch's largest twin): WG_TWIN_MIN_ROWS for two twins (PTI_WG_TWIN_MIN_ROWS, A/B),
@@ -551,8 +567,12 @@ class KernelBackend(Backend):
         else:
             least = WG_MIN_ROWS
         if any(self.short_k(p) for p in packs):
-            own = self.twin_short_form(packs[0]) if len(packs) == 2 else None
-            if m > (wg_short_one() if len(packs) == 1 and packs[0].twins == 1 else own[0] if own else 0):
+            if len(packs) == 1:
+                most = wg_short_one() if packs[0].twins == 1 else 0
+            else:
+                own = self.twin_short_form(packs[0])
+                most = max(own[0], wg_short_two()) if own else 0
+            if m > most:
                 return False
         return (least <= m <= MAX_ROWS and all(p.ring is not None for p in packs)
                 and (epi is None or (epi.wg_ok() and not (epi.po and packs[0].rows % 128))))

@@ -617,8 +617,9 @@ def test_host_ring_decodes_as_the_copy(dev, backend, twins):
 
 
 @pytest.mark.parametrize("narrow", ["auto", "1"])
-@pytest.mark.parametrize("twins,n_seqs", [("a", 40), ("ab", 40), ("ab", 24), ("a", 24)])
-def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, dev, backend, ops, monkeypatch):
+@pytest.mark.parametrize("twins,n_seqs,short_two", [("a", 40, "16"), ("ab", 40, "16"), ("ab", 40, "32"), ("ab", 24, "16"),
+                                                    ("a", 24, "16")])
+def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, short_two, dev, backend, ops, monkeypatch):
     """At 40 sequences (20 a twin), 24 of twins ab (12 a twin: WG_TWIN_MIN_ROWS) or 24 of one model, a 1024-wide model on the session's backend (PTI_WG_NARROW=auto: the Hopper
     kernels take gate/up and the head) and on one where they take every matrix (1: down and the attention's
     output in their residual form): each Hopper matmul but layer 0's QKV (after the embedding) and the attention's
@@ -626,11 +627,12 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, dev, 
     session 37) reads tiles the launch before it laid out.  Twins at 12 rows a twin, and one model at 24 rows,
     take every matrix of this model under auto too: each is narrow with a K below WG_MIN_K, which two twins take
     in their own form at 9-16 rows a twin (PTI_WG_TWIN_SHORT, session 35) and one model at 17-32 rows
-    (PTI_WG_SHORT_ONE, session 37).  Logits bit-identical to PTI_WG_TILES=0 with PTI_WG_RESIDUAL=0 (the
+    (PTI_WG_SHORT_ONE, session 37), and twins at 20 rows a twin with PTI_WG_SHORT_TWO=32.  Logits bit-identical to PTI_WG_TILES=0 with PTI_WG_RESIDUAL=0 (the
     pti_wg_tiles launches, the policy's residual epilogue), to an attention that writes no tiles
     (PTI_ATTN_TILES=0: a pti_wg_tiles launch before the output matrix) and to a sequence's pass alone (one row:
     the policy kernels)."""
     from wg_helpers import backend_with_wgmma
+    monkeypatch.setenv("PTI_WG_SHORT_TWO", short_two)
     be = backend if narrow == "auto" else backend_with_wgmma("1", "1")
     shape = GpuShape(n_layers=2, dim=1024, ffn=3072, n_heads=8, n_kv_heads=2, vocab=6144)
     m = gpu_model(shape, dev, be, ops, twins=twins, graphs=False, max_seqs=40)
@@ -646,7 +648,7 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, dev, 
         _, tiled = m.run_pass(seqs, want_logits=True)
     finally:
         ops.attn_tiles = keep
-    if be.wgmma and narrow == "auto" and n_seqs == 40:   # gate/up in both layers and the head
+    if be.wgmma and narrow == "auto" and n_seqs == 40 and short_two == "16":   # gate/up in both layers and the head
         assert launches == [(True, False)] * 3
     elif be.wgmma:   # QKV, the attention's output, gate/up, down in each layer, then the head
         assert launches == [(False, False), (True, True), (True, False), (True, True),

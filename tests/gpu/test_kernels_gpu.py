@@ -665,10 +665,12 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
 
 
-def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch):
+@pytest.mark.parametrize("short_two", ["16", "32"])
+def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch, short_two):
     """PTI_WG_NARROW=auto: two twins of a narrow matrix below WG_MIN_K (an 8B model's O, 4096x4096) get their
     ring copies and take the two-twin form (m2_c4) at 9-16 rows a twin, bit for bit the policy's, plain and
-    scaled by each row's inv; past 16 rows a twin the policy serves (no launch).  One twin of it (one model) takes
+    scaled by each row's inv; past 16 rows a twin the policy serves (no launch), or with PTI_WG_SHORT_TWO=32 the
+    class's own forms up to 32 rows a twin (the policy's bits too).  One twin of it (one model) takes
     the narrow class's own forms at 17-32 rows (wg_short_one), the policy's bits, and the policy at 16 and 33;
     with PTI_WG_SHORT_ONE=0 it gets no ring copy."""
     wg_backend = backend_with_wgmma("1", "auto")
@@ -678,6 +680,7 @@ def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch):
     monkeypatch.delenv("PTI_WG_TWIN_SHORT", raising=False)
     monkeypatch.delenv("PTI_WG_TWIN_FORMS", raising=False)
     monkeypatch.delenv("PTI_WG_SHORT_ONE", raising=False)
+    monkeypatch.setenv("PTI_WG_SHORT_TWO", short_two)
     wg_calls = []
     real = wg_backend.launch_wg
     monkeypatch.setattr(wg_backend, "launch_wg", lambda *a: wg_calls.append(real(*a)) or wg_calls[-1])
@@ -702,7 +705,7 @@ def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch):
     monkeypatch.setenv("PTI_WG_SHORT_ONE", "0")
     assert wg_backend.weight_from_q8([(pairs[0][0].cuda(), pairs[0][1].cuda())], k).packs[0].ring is None
     monkeypatch.delenv("PTI_WG_SHORT_ONE")
-    for m, want_calls in ((9, 1), (16, 1), (17, 0)):
+    for m, want_calls in ((9, 1), (16, 1), (17, int(short_two) // 32), (32, int(short_two) // 32), (33, 0)):
         xs = [rand_x(m, k, torch.bfloat16), rand_x(m - 2, k, torch.bfloat16)]
         invs = [torch.rand(x.shape[0], generator=GEN).add(0.5).cuda() for x in xs]
         for scaled in (False, True):
@@ -715,7 +718,7 @@ def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch):
                 else:
                     b.matmul_twins(xs[0], xs[1], w, outs=tuple(ys))
                 sink.extend(ys)
-            assert len(wg_calls) == want_calls and all(c.endswith("_" + WG_TWIN_FORM[1]) for c in wg_calls), wg_calls
+            assert len(wg_calls) == want_calls and all(c.endswith("_" + WG_TWIN_FORM[1]) == (m <= 16) for c in wg_calls), wg_calls
             for y, z in zip(got, want):
                 assert not torch.isnan(y).any() and torch.equal(y.view(torch.int32), z.view(torch.int32)), (m, scaled)
             if not scaled:
