@@ -502,9 +502,9 @@ def test_hopper_narrow_class_on_a_long_k_or_few_rows(monkeypatch):
 
 def test_hopper_two_twins_take_a_short_narrow_matrix_in_their_form(monkeypatch):
     """Two twins of a narrow matrix below WG_MIN_K (an 8B model's O) get its ring copy and take their two-twin
-    form (m2_c4) at 9-16 rows a twin, and nothing else: not past 16 rows a twin, not a launch of one of the two
-    twins' packs (one model's matrix at 17-32 rows: wg_short_one); with PTI_WG_SHORT_TWO=32 the class's forms at
-    17-32 rows a twin (wg_short_two); neither with PTI_WG_TWIN_SHORT=0 nor with no
+    form (m2_c4) at 9-16 rows a twin, the class's forms at 17-32 (wg_short_two; PTI_WG_SHORT_TWO=16: not past 16),
+    and nothing else: not past 32 rows a twin, not a launch of one of the two twins' packs (one model's matrix at
+    17-32 rows: wg_short_one); neither with PTI_WG_TWIN_SHORT=0 nor with no
     two-twin form (PTI_WG_TWIN_FORMS=0).  One model's copy is made only while wg_short_one is on.  A long-K
     narrow matrix keeps every form."""
     from pti_cli.backends.cuda import WG_MIN_K, WG_TWIN_FORM, CudaBackend, PtiError, wg_twin_short
@@ -527,7 +527,7 @@ def test_hopper_two_twins_take_a_short_narrow_matrix_in_their_form(monkeypatch):
     assert [p.ring is not None for p in packs(short, 2)] == [True, True]
     assert [p.ring is not None for p in packs(short, 1)] == [True]   # one model at 17-32 rows (wg_short_one)
     two = packs(short, 2)
-    assert [be.wg_ready(two, m) for m in (8, 9, 16, 17, 64)] == [False, True, True, False, False]
+    assert [be.wg_ready(two, m) for m in (8, 9, 16, 17, 32, 33)] == [False, True, True, True, True, False]
     assert not any(be.wg_ready(two[:1], m) for m in (16, 17, 32, 33))   # one twin's rows of the two: not measured
     assert [be.wg_ready(packs(short, 1), m) for m in (16, 17, 32, 33)] == [False, True, True, False]
     be.wg_table = {"n": ((32, "m4_c8", 4, 2, 4, 8, 0),)}
@@ -535,9 +535,9 @@ def test_hopper_two_twins_take_a_short_narrow_matrix_in_their_form(monkeypatch):
     two_long = packs(long_k, 2)
     assert [be.wg_ready(two_long, m) for m in (9, 16, 17, 64)] == [True, True, True, True]
     assert [be.wg_ready(packs(long_k, 1), m) for m in (16, 17)] == [False, True]
-    monkeypatch.setenv("PTI_WG_SHORT_TWO", "32")   # two twins past their own form: the class's forms
-    assert [be.wg_ready(two, m) for m in (8, 9, 16, 17, 32, 33)] == [False, True, True, True, True, False]
-    assert be.wg_kernel(24, torch.float32, rows=128, twins=2)[0].endswith("_m4_c8")
+    assert be.wg_kernel(24, torch.float32, rows=128, twins=2)[0].endswith("_m4_c8")   # past their own form
+    monkeypatch.setenv("PTI_WG_SHORT_TWO", "16")   # only their own form
+    assert [be.wg_ready(two, m) for m in (8, 9, 16, 17, 64)] == [False, True, True, False, False]
     for bad in ("65", "x"):
         monkeypatch.setenv("PTI_WG_SHORT_TWO", bad)
         with pytest.raises(PtiError, match="PTI_WG_SHORT_TWO"):

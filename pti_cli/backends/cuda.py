@@ -175,9 +175,10 @@ WG_SHORT_ONE_MAX_ROWS = 32
 # lost 0.6% (PTI_WG_NARROW=1 against auto; docs/perf.md, session 37).  PTI_WG_SHORT_ONE: that most (0: never).
 
 
-WG_SHORT_TWO_MAX_ROWS = 16
+WG_SHORT_TWO_MAX_ROWS = 32
 # Two twins of such a matrix past their own form's 16 rows a twin: the class's own forms up to this many rows a
-# twin (PTI_WG_SHORT_TWO; 16: none past their own form).
+# twin, one launch on the attention's tiles where the policy makes one a twin: twins ab +2.7% / +3.2% at 40 / 64
+# sequences (PTI_WG_SHORT_TWO 16 and 32 alternated; docs/perf.md, session 37).  16: none past their own form.
 
 
 def rows_setting(var: str, default: int) -> int:
@@ -196,7 +197,8 @@ def wg_short_one() -> int:
 
 def wg_short_two() -> int:
     """PTI_WG_SHORT_TWO (default WG_SHORT_TWO_MAX_ROWS): the most rows a twin at which two twins of a narrow
-    matrix below WG_MIN_K take the Hopper kernels, where they take it at all (their own form, twin_short_form)."""
+    matrix below WG_MIN_K take the Hopper kernels, where they take it at all (their own form, twin_short_form);
+    16: only in that form (the path before session 37), for A/B runs."""
     return rows_setting("PTI_WG_SHORT_TWO", WG_SHORT_TWO_MAX_ROWS)
 
 
