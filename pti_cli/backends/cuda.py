@@ -166,7 +166,7 @@ WG_MIN_K = {"n": 8192}
 # Two twins of a narrow matrix below WG_MIN_K (an 8B model's O, 4096x4096) take their two-twin form at 9-16 rows
 # a twin (wg_twin_forms), one launch where the policy makes one a twin: twins ab +0.8% / +1.4% at 24 / 32
 # sequences, its pti_wg_tiles launch included (PTI_WG_TWIN_SHORT 0 and 1 alternated; docs/perf.md, session 35).
-# Such a matrix gets its ring copy only with two twins, and the Hopper kernels take it only in that form.
+# Such a matrix gets its ring copy with two twins where they have that form, or with one (the limits below).
 # PTI_WG_TWIN_SHORT=0: not (session 34's path), for A/B runs.
 WG_SHORT_ONE_MAX_ROWS = 32
 # One twin of such a matrix takes the Hopper kernels at WG_MIN_ROWS to WG_SHORT_ONE_MAX_ROWS rows: its
