@@ -557,7 +557,8 @@ class KernelBackend(Backend):
         by its inv, given or summed, or the residual form (Epilogue.wg_ok; PTI_WG_RESIDUAL=0: not that one,
         for A/B runs) of a matrix in whole 128-row units.  A matrix below its class's WG_MIN_K: one model's
         (Packed.twins 1) up to wg_short_one rows, two twins' in their own form (up to wg_short_two rows a twin
-        past it), and not one twin's rows of a two-twin matrix (matmul_epi's two launches past TWIN_KERNEL_MAX_ROWS rows a twin: not measured)."""
+        past it), and not one twin's rows of a two-twin matrix (matmul_epi's two launches past
+        TWIN_KERNEL_MAX_ROWS rows a twin: not measured)."""
         if epi is not None and epi.po and os.environ.get("PTI_WG_RESIDUAL", "1") == "0":
             return False
         # the fewest rows (of the launch's largest twin): WG_TWIN_MIN_ROWS for two twins (PTI_WG_TWIN_MIN_ROWS, A/B),

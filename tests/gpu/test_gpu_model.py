@@ -617,20 +617,20 @@ def test_host_ring_decodes_as_the_copy(dev, backend, twins):
 
 
 @pytest.mark.parametrize("narrow", ["auto", "1"])
-@pytest.mark.parametrize("twins,n_seqs,short_two", [("a", 40, "16"), ("ab", 40, "16"), ("ab", 40, "32"), ("ab", 24, "16"),
-                                                    ("a", 24, "16")])
+@pytest.mark.parametrize("twins,n_seqs,short_two", [("a", 40, "16"), ("ab", 40, "16"), ("ab", 40, "32"),
+                                                    ("ab", 24, "16"), ("a", 24, "16")])
 def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, short_two, dev, backend, ops, monkeypatch):
-    """At 40 sequences (20 a twin), 24 of twins ab (12 a twin: WG_TWIN_MIN_ROWS) or 24 of one model, a 1024-wide model on the session's backend (PTI_WG_NARROW=auto: the Hopper
-    kernels take gate/up and the head) and on one where they take every matrix (1: down and the attention's
-    output in their residual form): each Hopper matmul but layer 0's QKV (after the embedding) and the attention's
-    output matrix (after the attention, which lays them out too: AttnOut, PTI_ATTN_TILES=1, the default since
-    session 37) reads tiles the launch before it laid out.  Twins at 12 rows a twin, and one model at 24 rows,
-    take every matrix of this model under auto too: each is narrow with a K below WG_MIN_K, which two twins take
-    in their own form at 9-16 rows a twin (PTI_WG_TWIN_SHORT, session 35) and one model at 17-32 rows
-    (PTI_WG_SHORT_ONE, session 37), and twins at 20 rows a twin with PTI_WG_SHORT_TWO=32.  Logits bit-identical to PTI_WG_TILES=0 with PTI_WG_RESIDUAL=0 (the
-    pti_wg_tiles launches, the policy's residual epilogue), to an attention that writes no tiles
-    (PTI_ATTN_TILES=0: a pti_wg_tiles launch before the output matrix) and to a sequence's pass alone (one row:
-    the policy kernels)."""
+    """At 40 sequences (20 a twin), 24 of twins ab (12 a twin: WG_TWIN_MIN_ROWS) or 24 of one model, a 1024-wide
+    model on the session's backend (PTI_WG_NARROW=auto: the Hopper kernels take gate/up and the head) and on one
+    where they take every matrix (1: down and the attention's output in their residual form): each Hopper matmul
+    but layer 0's QKV (after the embedding) reads tiles the launch before it laid out, the attention's output
+    matrix those of the attention (AttnOut, PTI_ATTN_TILES=1, the default since session 37).  Under auto this
+    model's QKV, O and down are narrow with a K below WG_MIN_K, so the Hopper kernels take every matrix too for
+    twins at 12 rows a twin (their own form, PTI_WG_TWIN_SHORT, session 35), at 20 with PTI_WG_SHORT_TWO=32 (the
+    default; 16: the policy), and for one model at 24 rows (PTI_WG_SHORT_ONE, session 37).  Logits bit-identical
+    to PTI_WG_TILES=0 with PTI_WG_RESIDUAL=0 (the pti_wg_tiles launches, the policy's residual epilogue), to an
+    attention that writes no tiles (PTI_ATTN_TILES=0: a pti_wg_tiles launch before the output matrix) and to a
+    sequence's pass alone (one row: the policy kernels)."""
     from wg_helpers import backend_with_wgmma
     monkeypatch.setenv("PTI_WG_SHORT_TWO", short_two)
     be = backend if narrow == "auto" else backend_with_wgmma("1", "1")

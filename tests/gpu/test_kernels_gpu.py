@@ -669,8 +669,8 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
 def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch, short_two):
     """PTI_WG_NARROW=auto: two twins of a narrow matrix below WG_MIN_K (an 8B model's O, 4096x4096) get their
     ring copies and take the two-twin form (m2_c4) at 9-16 rows a twin, bit for bit the policy's, plain and
-    scaled by each row's inv; past 16 rows a twin the policy serves (no launch), or with PTI_WG_SHORT_TWO=32 the
-    class's own forms up to 32 rows a twin (the policy's bits too).  One twin of it (one model) takes
+    scaled by each row's inv; at 17-32 rows a twin the class's own forms (PTI_WG_SHORT_TWO=32, the default; the
+    policy's bits too) or with PTI_WG_SHORT_TWO=16 the policy (no launch).  One twin of it (one model) takes
     the narrow class's own forms at 17-32 rows (wg_short_one), the policy's bits, and the policy at 16 and 33;
     with PTI_WG_SHORT_ONE=0 it gets no ring copy."""
     wg_backend = backend_with_wgmma("1", "auto")
@@ -718,7 +718,8 @@ def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch, 
                 else:
                     b.matmul_twins(xs[0], xs[1], w, outs=tuple(ys))
                 sink.extend(ys)
-            assert len(wg_calls) == want_calls and all(c.endswith("_" + WG_TWIN_FORM[1]) == (m <= 16) for c in wg_calls), wg_calls
+            own_form = [c.endswith("_" + WG_TWIN_FORM[1]) for c in wg_calls]
+            assert len(wg_calls) == want_calls and all(f == (m <= 16) for f in own_form), wg_calls
             for y, z in zip(got, want):
                 assert not torch.isnan(y).any() and torch.equal(y.view(torch.int32), z.view(torch.int32)), (m, scaled)
             if not scaled:
