@@ -891,7 +891,7 @@ def test_hopper_spread_holds_a_grid_to_two_ctas_a_sm_when_waves_allow(monkeypatc
     """WG_SMEM_TWO is m8's shared memory: two CTAs of it fit a H100/H200 SM (228 KB, 1 KB reserved a CTA), three
     do not, while m2's fits three; wg_launch_smem gives it to a launch of a form that has it only when the grid
     runs in as many waves of two CTAs a SM as of three (PTI_WG_SPREAD=2, the default), when it fits one wave
-    of two (1), and never under PTI_WG_SPREAD=0."""
+    of two (1), and never under PTI_WG_SPREAD=0.  PTI_WG_SMEM_MIN raises every launch's to at least its value."""
     from pti_cli.backends.cuda import CudaBackend, WG_SMEM_TWO, WG_VARIANTS, wg_smem
     from pti_cli.errors import PtiError
     sm = 228 * 1024
@@ -915,6 +915,14 @@ def test_hopper_spread_holds_a_grid_to_two_ctas_a_sm_when_waves_allow(monkeypatc
     monkeypatch.setenv("PTI_WG_SPREAD", "yes")
     with pytest.raises(PtiError, match="PTI_WG_SPREAD"):
         be.wg_launch_smem("a_m2", 224)
+    monkeypatch.delenv("PTI_WG_SPREAD")
+    monkeypatch.setenv("PTI_WG_SMEM_MIN", "80000")   # a floor (A/B runs of the clusters' placement), not a cap
+    assert be.wg_launch_smem("a_m2", 265) == 80000 and be.wg_launch_smem("a_m2", 224) == WG_SMEM_TWO
+    assert be.wg_launch_smem("a_m4", 224) == 93312
+    for bad in (str(WG_SMEM_TWO + 1), "-1", "x"):
+        monkeypatch.setenv("PTI_WG_SMEM_MIN", bad)
+        with pytest.raises(PtiError, match="PTI_WG_SMEM_MIN"):
+            be.wg_launch_smem("a_m2", 224)
 
 
 def test_hopper_twin_form_of_the_narrow_class(monkeypatch):

@@ -56,6 +56,9 @@
 #              (its GPU tests), one16-table (q8 at 1, 9, 12 and 16 rows of the three narrower matrices under each of
 #              ONE16_CFGS, default "0 c8 c4"), one16-ab (one model at SYNTH_SEQS, default 12,16, under ONE16_AB, default
 #              "0 c8 0 c8", alternated; JSON "a")
+#     place        session 38: the cluster forms held to fewer CTAs a SM (PTI_WG_SMEM_MIN, each of PLACE_SMEMS, default
+#              "0 60000 80000": their own, at most three, at most two): q8 at 1, 16 and 32 rows of the three narrower
+#              matrices with PTI_WG_ONE16=c8, and ssq16 (two twins) at the same rows
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -283,5 +286,11 @@ one16|one16-table)
 one16|one16-ab)
   envs=""; for v in ${ONE16_AB:-0 c8 0 c8}; do envs="$envs PTI_WG_ONE16=$v"; done
   SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-12,16} SYNTH_ENVS="$envs" synth_env ;;
+place)
+  for v in ${PLACE_SMEMS:-0 60000 80000}; do
+    step "the cluster forms at PTI_WG_SMEM_MIN=$v: one model (PTI_WG_ONE16=c8), then two twins"
+    PTI_WG_ONE16=c8 PTI_WG_SMEM_MIN=$v ktable "$OUT/place_q8_$v.json" 6144x4096,4096x4096,4096x14336 1,16,32 q8
+    PTI_WG_SMEM_MIN=$v ktable "$OUT/place_ssq16_$v.json" 6144x4096,4096x4096,4096x14336 1,16,32 ssq16
+  done ;;
 esac; done
 step done

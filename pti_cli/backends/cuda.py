@@ -562,15 +562,19 @@ class KernelBackend(Backend):
         """The dynamic shared memory of a launch of `ctas` CTAs of Hopper kernel `name`: a form without clusters
         that fits three CTAs a SM (m2) gets WG_SMEM_TWO when its grid runs in as many waves at two CTAs a SM as
         at its own occupancy (one wave of 224 or two of 448 CTAs, not 384 or 1002 on 132 SMs), so that the CTAs
-        spread over the SMs (PTI_WG_SPREAD=0: never; 1: session 33's rule, one wave of two only; for A/B runs)."""
-        v = os.environ.get("PTI_WG_SPREAD", "2")
+        spread over the SMs (PTI_WG_SPREAD=0: never; 1: session 33's rule, one wave of two only; for A/B runs).
+        PTI_WG_SMEM_MIN (bytes, up to WG_SMEM_TWO; default 0): every launch asks at least that much, so that fewer
+        CTAs fit a SM (session 38's A/B runs on the cluster forms' placement)."""
+        v, least = os.environ.get("PTI_WG_SPREAD", "2"), os.environ.get("PTI_WG_SMEM_MIN", "0")
         if v not in ("0", "1", "2"):
             raise PtiError(f"PTI_WG_SPREAD must be 0, 1 or 2, not {v!r}")
+        if not least.isdigit() or int(least) > WG_SMEM_TWO:
+            raise PtiError(f"PTI_WG_SMEM_MIN must be a byte count from 0 to {WG_SMEM_TWO}, not {least!r}")
         if name not in self.smem_two or v == "0":
-            return self.smem[name]
+            return max(self.smem[name], int(least))
         waves = lambda a_sm: -(-ctas // (a_sm * self.sm_count))
         same = ctas <= 2 * self.sm_count if v == "1" else waves(2) == waves(self.ctas_a_sm[name])
-        return self.smem_two[name] if same else self.smem[name]
+        return max(self.smem_two[name] if same else self.smem[name], int(least))
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: each row scaled
