@@ -420,6 +420,26 @@ def test_launch_config_sets_grid_pdl_and_cluster():
     assert (cfg.attrs[1].value.clusterDim.x, cfg.attrs[1].value.clusterDim.y) == (8, 1)
     assert launch_config(driver, (5,), (256,), 0, 0, False).numAttrs == 0
     assert launch_config(driver, (8,), (256,), 0, 0, False, 4).attrs[0].id == ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    # a cluster scheduling policy (PTI_CLUSTER_POLICY_WG / _ATTN, A/B runs): only with clusters
+    cfg = launch_config(driver, (8,), (256,), 0, 0, True, 8, 1)
+    gc.collect()
+    assert cfg.numAttrs == 3 and cfg.attrs[2].id == ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
+    assert cfg.attrs[2].value.clusterSchedulingPolicyPreference == driver.CUclusterSchedulingPolicy.CU_CLUSTER_SCHEDULING_POLICY_SPREAD
+    assert launch_config(driver, (8,), (256,), 0, 0, False, 0, 2).numAttrs == 0
+
+
+def test_cluster_policy_setting(monkeypatch):
+    """cluster_policy: PTI_CLUSTER_POLICY_WG and PTI_CLUSTER_POLICY_ATTN apart, default 0; a bad value is a clear error."""
+    from pti_cli.backends.cuda import cluster_policy
+    from pti_cli.errors import PtiError
+    monkeypatch.delenv("PTI_CLUSTER_POLICY_WG", raising=False)
+    monkeypatch.setenv("PTI_CLUSTER_POLICY_ATTN", "balance")
+    assert (cluster_policy("wg"), cluster_policy("attn")) == (0, 2)
+    monkeypatch.setenv("PTI_CLUSTER_POLICY_WG", "spread")
+    assert cluster_policy("wg") == 1
+    monkeypatch.setenv("PTI_CLUSTER_POLICY_WG", "1")
+    with pytest.raises(PtiError, match="PTI_CLUSTER_POLICY_WG"):
+        cluster_policy("wg")
 
 
 def test_hopper_eligibility_wants_whole_units_and_blocks():

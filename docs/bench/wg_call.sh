@@ -59,6 +59,9 @@
 #     place        session 38: the cluster forms held to fewer CTAs a SM (PTI_WG_SMEM_MIN, each of PLACE_SMEMS, default
 #              "0 60000 80000": their own, at most three, at most two): q8 at 1, 16 and 32 rows of the three narrower
 #              matrices with PTI_WG_ONE16=c8, and ssq16 (two twins) at the same rows
+#     policy       session 38: the Hopper matmuls' clusters placed by each scheduling policy of POLICIES (default "default
+#              spread balance": PTI_CLUSTER_POLICY_WG): q8 and ssq16 at 1, 16, 32 and 64 rows of the three narrower
+#              matrices (the default forms), and q8 at 16 rows with PTI_WG_ONE16=c8
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -291,6 +294,12 @@ place)
     step "the cluster forms at PTI_WG_SMEM_MIN=$v: one model (PTI_WG_ONE16=c8), then two twins"
     PTI_WG_ONE16=c8 PTI_WG_SMEM_MIN=$v ktable "$OUT/place_q8_$v.json" 6144x4096,4096x4096,4096x14336 1,16,32 q8
     PTI_WG_SMEM_MIN=$v ktable "$OUT/place_ssq16_$v.json" 6144x4096,4096x4096,4096x14336 1,16,32 ssq16
+  done ;;
+policy)
+  for v in ${POLICIES:-default spread balance}; do
+    step "the cluster forms with PTI_CLUSTER_POLICY_WG=$v"
+    PTI_CLUSTER_POLICY_WG=$v ktable "$OUT/policy_$v.json" 6144x4096,4096x4096,4096x14336 1,16,32,64 q8,ssq16
+    PTI_CLUSTER_POLICY_WG=$v PTI_WG_ONE16=c8 ktable "$OUT/policy_one16_$v.json" 6144x4096,4096x4096,4096x14336 1,16 q8
   done ;;
 esac; done
 step done

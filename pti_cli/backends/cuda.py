@@ -782,16 +782,34 @@ class KernelBackend(Backend):
 
 
 def launch_kernel(driver, f, grid: tuple, block: tuple, smem: int, stream: int, args, pdl: bool, what: str,
-                  cluster: int = 0) -> None:
+                  cluster: int = 0, policy: int = 0) -> None:
     """cuLaunchKernelEx on `stream` (launch_config)."""
-    _cu(driver.cuLaunchKernelEx(launch_config(driver, grid, block, smem, stream, pdl, cluster), f, args, 0), what)
+    _cu(driver.cuLaunchKernelEx(launch_config(driver, grid, block, smem, stream, pdl, cluster, policy), f, args, 0), what)
 
 
-def launch_config(driver, grid: tuple, block: tuple, smem: int, stream: int, pdl: bool, cluster: int = 0):
+# The clusters' scheduling policy a launch asks for (CUclusterSchedulingPolicy: 1 spread the blocks of a cluster over
+# the SMs, 2 let the hardware balance them; 0 the driver's default), by kind of launch, for A/B runs (session 38:
+# ncu found a narrow matrix's clusters of 8 on some SMs three CTAs deep and none on others).
+CLUSTER_POLICIES = {"default": 0, "spread": 1, "balance": 2}
+
+
+def cluster_policy(kind: str) -> int:
+    """PTI_CLUSTER_POLICY_WG (the Hopper matmuls) or PTI_CLUSTER_POLICY_ATTN (the attention), by `kind` ("wg" or
+    "attn"): default (the default), spread or balance (CLUSTER_POLICIES)."""
+    var = f"PTI_CLUSTER_POLICY_{kind.upper()}"
+    v = os.environ.get(var, "default")
+    if v not in CLUSTER_POLICIES:
+        raise PtiError(f"{var} must be one of {', '.join(CLUSTER_POLICIES)}, not {v!r}")
+    return CLUSTER_POLICIES[v]
+
+
+def launch_config(driver, grid: tuple, block: tuple, smem: int, stream: int, pdl: bool, cluster: int = 0,
+                  policy: int = 0):
     """A launch's CUlaunchConfig.  pdl: programmatic stream serialisation: the kernel may start before
     the previous one in the stream ends (it calls griddepcontrol.wait before touching that kernel's
     outputs; every kernel of kernels/ does).  cluster > 0: thread-block clusters of (cluster, 1, 1)
-    (sm_90+; the grid's x must be a multiple)."""
+    (sm_90+; the grid's x must be a multiple), placed by the scheduling policy `policy` if not 0
+    (CLUSTER_POLICIES)."""
     cfg = driver.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = tuple(grid) + (1,) * (3 - len(grid))
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = tuple(block) + (1,) * (3 - len(block))
@@ -807,6 +825,11 @@ def launch_config(driver, grid: tuple, block: tuple, smem: int, stream: int, pdl
         attr = driver.CUlaunchAttribute()
         attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
+        attrs.append(attr)
+    if cluster and policy:
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
+        attr.value.clusterSchedulingPolicyPreference = driver.CUclusterSchedulingPolicy(policy)
         attrs.append(attr)
     if attrs:
         cfg.attrs = attrs
@@ -984,7 +1007,7 @@ class CudaBackend(KernelBackend):
                                (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
                                + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)
                                + (ctypes.c_void_p,) * 4),
-                      self.pdl, f"launch {name}", cluster=c if c > 1 and not fix else 0)
+                      self.pdl, f"launch {name}", cluster=c if c > 1 and not fix else 0, policy=cluster_policy("wg"))
         return name
 
     def _wg_fixup(self, units: int, nr: int, twins: int, fix: int) -> tuple:
