@@ -1246,17 +1246,13 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             }
         }
     };
-    // C > 1: each rank writes NP element pairs; where there are fewer pairs than ranks (m2_c8: 4 pairs, 8 ranks)
-    // ranks from ND / 2 on write none
-    constexpr int NP = ND / 2 / C > 0 ? ND / 2 / C : 1;
-    const bool writes = rank * NP < ND / 2;
     // The residual form's partial sums: row m's of the warp's 16 columns (a whole row group, rg) in column
     // order, as pti_finish; C > 1: the rows whose elements this rank wrote (pair (m / 8) 2 + m mod 2).
     auto partials = [&]() {
         if (TOUT != 0 || !po) return;
         __syncwarp();
         for (int m = lane; m < M; m += 32) {
-            if (C > 1 && !G && ((m >> 3) * 2 + (m & 1)) / NP != rank) continue;
+            if (C > 1 && !G && ((m >> 3) * 2 + (m & 1)) / (ND / 2 / C) != rank) continue;
             const float* e = res_s + m * 16;
             float p = 0.f;
 #pragma unroll
@@ -1273,19 +1269,19 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         partials();
         return;
     }
-    static_assert(NP * C >= ND / 2, "every element pair has a rank");
+    constexpr int NP = ND / 2 / C;
+    static_assert(NP >= 1, "at least one element pair a rank");
     float xv[2 * NP];   // (x is this launch's alone: read before the cluster barrier, to overlap it)
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
         const int pr = rank * NP + p, i = (pr >> 1) * 4 + (pr & 1);   // pair pr: elements i, i + 2
-        xv[2 * p] = writes ? x_in(i) : 0.f;
-        xv[2 * p + 1] = writes ? x_in(i + 2) : 0.f;
+        xv[2 * p] = x_in(i);
+        xv[2 * p + 1] = x_in(i + 2);
     }
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
         const int pr = rank * NP + p, i = (pr >> 1) * 4 + (pr & 1);
-        if (!writes) break;
         out(i, xv[2 * p]);
         if (TOUT != 2) out(i + 2, xv[2 * p + 1]);
     }
@@ -1339,9 +1335,7 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
 // m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in the fixup form (G)
 // instead of a cluster.  m2_c4: two twins of the narrow class at 9-16 rows a twin, clusters of 4 at three CTAs a
 // SM (PB 2), so that a 4096-row matrix's 64 clusters fit one wave (session 34); m2_c2 (A/B): clusters of 2 whose
-// shared memory (119 KB) holds them to one CTA a SM, so that they cannot pile up on some SMs.  m2_c8 (A/B,
-// session 38): one model's 9-16 rows of the narrower classes, clusters of 8 as m4_c8's with 16-row tiles, so that
-// a 4096-row matrix's one twin makes 256 CTAs where m2_c4 makes 128.
+// shared memory (119 KB) holds them to one CTA a SM, so that they cannot pile up on some SMs.
 #define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G)                                                        \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
@@ -1368,8 +1362,7 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1)       \
     PTI_WG_OUTS(TY, TIN, m2_c4, 2, 2, 4, 4, 0)       \
-    PTI_WG_OUTS(TY, TIN, m2_c2, 2, 4, 4, 2, 0)       \
-    PTI_WG_OUTS(TY, TIN, m2_c8, 2, 2, 4, 8, 0)
+    PTI_WG_OUTS(TY, TIN, m2_c2, 2, 4, 4, 2, 0)
 PTI_WG_ALL(bf16, 0)
 PTI_WG_ALL(f16, 1)
 

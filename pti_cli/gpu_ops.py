@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .backends.cuda import cluster_policy, launch_kernel, mm_carveout, set_carveout
+from .backends.cuda import launch_kernel, mm_carveout, set_carveout
 from .errors import PtiError
 from .gpu_model import ATTN_CHUNK, TorchOps, to_h16
 
@@ -104,7 +104,7 @@ class _Module:
         types = tuple(t for _, t in args)
         stream = torch.cuda.current_stream().cuda_stream
         launch_kernel(self.driver, self.fn[name], grid, block, 0, stream, (vals, types), self.pdl, f"launch of {name}",
-                      cluster, cluster_policy("attn") if cluster else 0)
+                      cluster)
 
 
 GROUPS = (1, 2, 4, 8)     # attention kernels are instantiated for these query heads per KV head (>= the model's)

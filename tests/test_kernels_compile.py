@@ -381,7 +381,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
     name says."""
     import re
     from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import WG_FIX, WG_ONE_VARIANTS, WG_OUTS, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
+    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
     src = kernel_source()
     guard = src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
     assert "pti_wg_mm<" not in src[:guard]
@@ -392,11 +392,10 @@ def test_hopper_kernel_names_match_the_kernel_source():
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_WG_OUTS\(TY, TIN, (\w+), ([\d, ]+)\)", guarded)}
     entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX,)}
-    twin_entries = {v[1]: v[2:] for vs in [*WG_TWIN_VARIANTS.values(), *WG_ONE_VARIANTS.values()] for v in vs}
+    twin_entries = {v[1]: v[2:] for vs in WG_TWIN_VARIANTS.values() for v in vs}
     assert not set(twin_entries) & set(entries) and inst == {**entries, **twin_entries}
     # two twins' own forms: 16-row cluster forms of the narrower classes, ahead of their classes' own entries
-    for table in (WG_TWIN_VARIANTS, WG_ONE_VARIANTS):   # (and one twin's, PTI_WG_ONE16)
-        assert set(table) <= {"n", "w"} and all(v[0] == 16 and v[2] == 2 and v[5] > 1 for vs in table.values() for v in vs)
+    assert set(WG_TWIN_VARIANTS) <= {"n", "w"} and all(v[0] == 16 and v[5] > 1 for vs in WG_TWIN_VARIANTS.values() for v in vs)
     for cls, vs in WG_VARIANTS.items():
         assert [v[0] for v in vs] == ([16] if cls == "x" else []) + [32, 64] and all(8 % v[5] == 0 for v in vs), cls
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
@@ -420,26 +419,6 @@ def test_launch_config_sets_grid_pdl_and_cluster():
     assert (cfg.attrs[1].value.clusterDim.x, cfg.attrs[1].value.clusterDim.y) == (8, 1)
     assert launch_config(driver, (5,), (256,), 0, 0, False).numAttrs == 0
     assert launch_config(driver, (8,), (256,), 0, 0, False, 4).attrs[0].id == ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    # a cluster scheduling policy (PTI_CLUSTER_POLICY_WG / _ATTN, A/B runs): only with clusters
-    cfg = launch_config(driver, (8,), (256,), 0, 0, True, 8, 1)
-    gc.collect()
-    assert cfg.numAttrs == 3 and cfg.attrs[2].id == ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
-    assert cfg.attrs[2].value.clusterSchedulingPolicyPreference == driver.CUclusterSchedulingPolicy.CU_CLUSTER_SCHEDULING_POLICY_SPREAD
-    assert launch_config(driver, (8,), (256,), 0, 0, False, 0, 2).numAttrs == 0
-
-
-def test_cluster_policy_setting(monkeypatch):
-    """cluster_policy: PTI_CLUSTER_POLICY_WG and PTI_CLUSTER_POLICY_ATTN apart, default 0; a bad value is a clear error."""
-    from pti_cli.backends.cuda import cluster_policy
-    from pti_cli.errors import PtiError
-    monkeypatch.delenv("PTI_CLUSTER_POLICY_WG", raising=False)
-    monkeypatch.setenv("PTI_CLUSTER_POLICY_ATTN", "balance")
-    assert (cluster_policy("wg"), cluster_policy("attn")) == (0, 2)
-    monkeypatch.setenv("PTI_CLUSTER_POLICY_WG", "spread")
-    assert cluster_policy("wg") == 1
-    monkeypatch.setenv("PTI_CLUSTER_POLICY_WG", "1")
-    with pytest.raises(PtiError, match="PTI_CLUSTER_POLICY_WG"):
-        cluster_policy("wg")
 
 
 def test_hopper_eligibility_wants_whole_units_and_blocks():
@@ -575,46 +554,6 @@ def test_hopper_two_twins_take_a_short_narrow_matrix_in_their_form(monkeypatch):
     monkeypatch.setenv("PTI_WG_TWIN_SHORT", "2")
     with pytest.raises(PtiError, match="PTI_WG_TWIN_SHORT"):
         wg_twin_short()
-
-
-def test_one_model_16_row_forms_by_setting(monkeypatch):
-    """PTI_WG_ONE16 (session 38's A/B setting, off by default): one twin of the narrow and wide classes takes the
-    Hopper kernels from 9 rows (WG_TWIN_MIN_ROWS) in the 16-row form it names (m2_c8 or m2_c4), for both classes or
-    the one named, at any K its ring copy was made for (a short K: up to wg_short_one rows); its 17+ rows keep the
-    class's own forms; not a twin's pack of a two-twin matrix, nor the tall class (its m2 from 9 rows anyway).  A bad
-    value is a clear error."""
-    from pti_cli.backends.cuda import WG_MIN_K, WG_ONE_FORM, WG_TWIN_FORM, WG_VARIANTS, CudaBackend, PtiError, wg_one16
-    from pti_cli.backends.repack import Packed
-    for v in ("PTI_WG_ONE16", "PTI_WG_SHORT_ONE", "PTI_WG_TWIN_FORMS", "PTI_WG_TWIN_MIN_ROWS", "PTI_WG_TALL_MIN_ROWS"):
-        monkeypatch.delenv(v, raising=False)
-    be = object.__new__(CudaBackend)
-    be.wgmma, be.sm_count, be.wg_classes, be.wg_min_k = True, 4, ("x", "w", "n"), WG_MIN_K
-    be.wg_table = dict(WG_VARIANTS)
-
-    def pack(groups: int, k: int, twins: int = 1) -> Packed:
-        p = Packed(torch.zeros(groups, k // 32, 32, 16, dtype=torch.int8),
-                   torch.zeros(groups, k // 32, 8, dtype=torch.int32), 16 * groups, k)
-        p.twins, p.ring = twins, p if be.wg_eligible(p, twins) else None
-        return p
-    tall, wide, narrow, short = pack(32, 1024), pack(16, 1024), pack(8, 8192), pack(8, 4096)
-    kernel = lambda m, p: be.wg_kernel(m, torch.float32, rows=p.rows)[0]   # noqa: E731
-    assert wg_one16() == {} and [be.wg_ready([p], 16) for p in (tall, wide, narrow, short)] == [True, False, False, False]
-    for setting, form, classes in (("c8", WG_ONE_FORM, "nw"), ("c4", WG_TWIN_FORM, "nw"), ("c8:n", WG_ONE_FORM, "n"),
-                                   ("c4:w", WG_TWIN_FORM, "w")):
-        monkeypatch.setenv("PTI_WG_ONE16", setting)
-        assert wg_one16() == {c: form for c in classes}
-        for p, cls in ((wide, "w"), (narrow, "n"), (short, "n")):
-            on = cls in classes
-            assert [be.wg_ready([p], m) for m in (8, 9, 16, 17)] == [False, on, on, True], (setting, cls)
-            assert kernel(9, p).endswith("_" + form[1]) == on and kernel(16, p).endswith("_" + form[1]) == on
-            assert not kernel(17, p).endswith("_" + form[1])   # the class's own 32-row form
-            assert not be.wg_ready([pack(p.q.shape[0], p.cols, twins=2)], 16)   # one twin's pack of two
-        assert be.wg_ready([tall], 9) and kernel(16, tall).endswith("_m2") and be.wg_ready([short], 32)
-        assert not be.wg_ready([short], 33)   # (a short K: wg_short_one's limit still)
-    for bad in ("1", "c8:x", "c2", "c8:nw"):
-        monkeypatch.setenv("PTI_WG_ONE16", bad)
-        with pytest.raises(PtiError, match="PTI_WG_ONE16"):
-            wg_one16()
 
 
 def test_hopper_session30_forms(monkeypatch):
@@ -911,7 +850,7 @@ def test_hopper_spread_holds_a_grid_to_two_ctas_a_sm_when_waves_allow(monkeypatc
     """WG_SMEM_TWO is m8's shared memory: two CTAs of it fit a H100/H200 SM (228 KB, 1 KB reserved a CTA), three
     do not, while m2's fits three; wg_launch_smem gives it to a launch of a form that has it only when the grid
     runs in as many waves of two CTAs a SM as of three (PTI_WG_SPREAD=2, the default), when it fits one wave
-    of two (1), and never under PTI_WG_SPREAD=0.  PTI_WG_SMEM_MIN raises every launch's to at least its value."""
+    of two (1), and never under PTI_WG_SPREAD=0."""
     from pti_cli.backends.cuda import CudaBackend, WG_SMEM_TWO, WG_VARIANTS, wg_smem
     from pti_cli.errors import PtiError
     sm = 228 * 1024
@@ -935,14 +874,6 @@ def test_hopper_spread_holds_a_grid_to_two_ctas_a_sm_when_waves_allow(monkeypatc
     monkeypatch.setenv("PTI_WG_SPREAD", "yes")
     with pytest.raises(PtiError, match="PTI_WG_SPREAD"):
         be.wg_launch_smem("a_m2", 224)
-    monkeypatch.delenv("PTI_WG_SPREAD")
-    monkeypatch.setenv("PTI_WG_SMEM_MIN", "80000")   # a floor (A/B runs of the clusters' placement), not a cap
-    assert be.wg_launch_smem("a_m2", 265) == 80000 and be.wg_launch_smem("a_m2", 224) == WG_SMEM_TWO
-    assert be.wg_launch_smem("a_m4", 224) == 93312
-    for bad in (str(WG_SMEM_TWO + 1), "-1", "x"):
-        monkeypatch.setenv("PTI_WG_SMEM_MIN", bad)
-        with pytest.raises(PtiError, match="PTI_WG_SMEM_MIN"):
-            be.wg_launch_smem("a_m2", 224)
 
 
 def test_hopper_twin_form_of_the_narrow_class(monkeypatch):

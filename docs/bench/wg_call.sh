@@ -52,16 +52,6 @@
 #     attn-ab      twins ab at 24 and 32 sequences with PTI_ATTN_TILES 0 / 1 / 0 / 1 (JSON "ab"; session 37 repeats its
 #              first call's A/B, whose logs were lost)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
-#     one16        session 38: one model's 9-16 rows of QKV, O and down on a 16-row cluster form (PTI_WG_ONE16): one16-test
-#              (its GPU tests), one16-table (q8 at 1, 9, 12 and 16 rows of the three narrower matrices under each of
-#              ONE16_CFGS, default "0 c8 c4"), one16-ab (one model at SYNTH_SEQS, default 12,16, under ONE16_AB, default
-#              "0 c8 0 c8", alternated; JSON "a")
-#     place        session 38: the cluster forms held to fewer CTAs a SM (PTI_WG_SMEM_MIN, each of PLACE_SMEMS, default
-#              "0 60000 80000": their own, at most three, at most two): q8 at 1, 16 and 32 rows of the three narrower
-#              matrices with PTI_WG_ONE16=c8, and ssq16 (two twins) at the same rows
-#     policy       session 38: the Hopper matmuls' clusters placed by each scheduling policy of POLICIES (default "default
-#              spread balance": PTI_CLUSTER_POLICY_WG): q8 and ssq16 at 1, 16, 32 and 64 rows of the three narrower
-#              matrices (the default forms), and q8 at 16 rows with PTI_WG_ONE16=c8
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -279,27 +269,5 @@ short-two)
   SYNTH_TWINS=ab SYNTH_SEQS=40,64 SYNTH_ENVS="PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32 PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32" synth_env ;;
 attn-ab)
   SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env ;;
-one16|one16-test)
-  gtest "one_model_16_row or tiles_and_residual_form_in_the_pass" ;;&
-one16|one16-table)
-  for v in ${ONE16_CFGS:-0 c8 c4}; do
-    step "one model's narrower matrices at 9-16 rows, PTI_WG_ONE16=$v"
-    PTI_WG_ONE16=$v ktable "$OUT/one16_${v//[^A-Za-z0-9]/_}.json" 6144x4096,4096x4096,4096x14336 1,9,12,16 q8
-  done ;;&
-one16|one16-ab)
-  envs=""; for v in ${ONE16_AB:-0 c8 0 c8}; do envs="$envs PTI_WG_ONE16=$v"; done
-  SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-12,16} SYNTH_ENVS="$envs" synth_env ;;
-place)
-  for v in ${PLACE_SMEMS:-0 60000 80000}; do
-    step "the cluster forms at PTI_WG_SMEM_MIN=$v: one model (PTI_WG_ONE16=c8), then two twins"
-    PTI_WG_ONE16=c8 PTI_WG_SMEM_MIN=$v ktable "$OUT/place_q8_$v.json" 6144x4096,4096x4096,4096x14336 1,16,32 q8
-    PTI_WG_SMEM_MIN=$v ktable "$OUT/place_ssq16_$v.json" 6144x4096,4096x4096,4096x14336 1,16,32 ssq16
-  done ;;
-policy)
-  for v in ${POLICIES:-default spread balance}; do
-    step "the cluster forms with PTI_CLUSTER_POLICY_WG=$v"
-    PTI_CLUSTER_POLICY_WG=$v ktable "$OUT/policy_$v.json" 6144x4096,4096x4096,4096x14336 1,16,32,64 q8,ssq16
-    PTI_CLUSTER_POLICY_WG=$v PTI_WG_ONE16=c8 ktable "$OUT/policy_one16_$v.json" 6144x4096,4096x4096,4096x14336 1,16 q8
-  done ;;
 esac; done
 step done

@@ -94,14 +94,6 @@ WG_TWIN_FORM_C2 = (16, "m2_c2", 2, 4, 4, 2, 0)
 WG_TWIN_SETTINGS = {"0": {}, "1": {"n": WG_TWIN_FORM}, "2": {"n": WG_TWIN_FORM, "w": WG_TWIN_FORM},
                     "3": {"n": WG_TWIN_FORM_C2}}
 WG_TWIN_VARIANTS = {cls: tuple(dict.fromkeys(f[cls] for f in WG_TWIN_SETTINGS.values() if cls in f)) for cls in ("n", "w")}
-# One twin (one model, or one twin loaded alone) of the narrower classes at 9-16 rows: the policy kernels, unless
-# PTI_WG_ONE16 (wg_one16) gives them a 16-row cluster form, for A/B runs (session 38): "c8" m2_c8, clusters of 8 (a
-# 4096-row matrix's 256 CTAs), "c4" the two twins' m2_c4 (128 CTAs), by default for both classes, or for one
-# ("c8:n", "c4:w").  Their inputs come in 16-row tiles from the launch before (gate/up's, the attention's, or the
-# policy's residual epilogue), as at 17-32 rows.
-WG_ONE_FORM = (16, "m2_c8", 2, 2, 4, 8, 0)
-WG_ONE_SETTINGS = {"0": None, "c8": WG_ONE_FORM, "c4": WG_TWIN_FORM}
-WG_ONE_VARIANTS = {cls: (WG_ONE_FORM, WG_TWIN_FORM) for cls in ("n", "w")}
 
 
 def wg_twin_forms() -> dict:
@@ -112,17 +104,6 @@ def wg_twin_forms() -> dict:
     if v not in WG_TWIN_SETTINGS:
         raise PtiError(f"PTI_WG_TWIN_FORMS must be 0, 1, 2 or 3, not {v!r}")
     return WG_TWIN_SETTINGS[v]
-
-
-def wg_one16() -> dict:
-    """PTI_WG_ONE16 (WG_ONE_SETTINGS): the 16-row form one twin of each narrower width class takes at 9-16 rows,
-    {class: entry}; "0" (the default) none, "c8" or "c4" for classes n and w, "c8:n", "c4:w", ... for one."""
-    v = os.environ.get("PTI_WG_ONE16", "0")
-    form, _, classes = v.partition(":")
-    if form not in WG_ONE_SETTINGS or (classes and classes not in ("n", "w")):
-        raise PtiError(f"PTI_WG_ONE16 must be 0, c8 or c4, optionally with :n or :w, not {v!r}")
-    entry = WG_ONE_SETTINGS[form]
-    return {cls: entry for cls in (classes or "nw")} if entry else {}
 
 
 def wg_x_first() -> bool:
@@ -548,12 +529,11 @@ class KernelBackend(Backend):
         gate/up's 448 CTAs run two waves at two CTAs a SM as at three (wg_launch_smem), 75.8 -> 66.9 us at 16 rows
         a twin against the 32-row form, and twins ab gained 4-5% at 24 and 32 sequences (docs/perf.md, session
         34; PTI_WG_M2=1 keeps two twins on the 32-row form, session 33's path, for A/B runs).  Two twins of the
-        narrow class take their own 16-row form first (clusters of 4: wg_twin_forms), and one twin of the narrower
-        classes the 16-row form PTI_WG_ONE16 gives it (wg_one16), if any."""
+        narrow class take their own 16-row form first (clusters of 4: wg_twin_forms)."""
         cls = "x" if rows is None else width_class(rows / 16 / self.sm_count)
         m2_ok = twins == 1 or os.environ.get("PTI_WG_M2", "2") == "2"
-        forms, own = self.wg_table[cls], wg_twin_forms().get(cls) if twins == 2 else wg_one16().get(cls)
-        if own:   # two twins' own form first (WG_TWIN_SETTINGS), or one twin's 16-row form (PTI_WG_ONE16)
+        forms, own = self.wg_table[cls], wg_twin_forms().get(cls) if twins == 2 else None
+        if own:   # two twins' own form first (WG_TWIN_SETTINGS)
             forms = (own,) + forms
         _, suffix, mt, _, _, c, fix = next(v for v in forms if m <= v[0] and (m2_ok or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
@@ -562,19 +542,15 @@ class KernelBackend(Backend):
         """The dynamic shared memory of a launch of `ctas` CTAs of Hopper kernel `name`: a form without clusters
         that fits three CTAs a SM (m2) gets WG_SMEM_TWO when its grid runs in as many waves at two CTAs a SM as
         at its own occupancy (one wave of 224 or two of 448 CTAs, not 384 or 1002 on 132 SMs), so that the CTAs
-        spread over the SMs (PTI_WG_SPREAD=0: never; 1: session 33's rule, one wave of two only; for A/B runs).
-        PTI_WG_SMEM_MIN (bytes, up to WG_SMEM_TWO; default 0): every launch asks at least that much, so that fewer
-        CTAs fit a SM (session 38's A/B runs on the cluster forms' placement)."""
-        v, least = os.environ.get("PTI_WG_SPREAD", "2"), os.environ.get("PTI_WG_SMEM_MIN", "0")
+        spread over the SMs (PTI_WG_SPREAD=0: never; 1: session 33's rule, one wave of two only; for A/B runs)."""
+        v = os.environ.get("PTI_WG_SPREAD", "2")
         if v not in ("0", "1", "2"):
             raise PtiError(f"PTI_WG_SPREAD must be 0, 1 or 2, not {v!r}")
-        if not least.isdigit() or int(least) > WG_SMEM_TWO:
-            raise PtiError(f"PTI_WG_SMEM_MIN must be a byte count from 0 to {WG_SMEM_TWO}, not {least!r}")
         if name not in self.smem_two or v == "0":
-            return max(self.smem[name], int(least))
+            return self.smem[name]
         waves = lambda a_sm: -(-ctas // (a_sm * self.sm_count))
         same = ctas <= 2 * self.sm_count if v == "1" else waves(2) == waves(self.ctas_a_sm[name])
-        return max(self.smem_two[name] if same else self.smem[name], int(least))
+        return self.smem_two[name] if same else self.smem[name]
 
     def wg_ready(self, packs: list[Packed], m: int, epi: Epilogue | None = None) -> bool:
         """Whether m rows through these packs (with that epilogue) go to the Hopper kernels: each row scaled
@@ -586,14 +562,11 @@ class KernelBackend(Backend):
         if epi is not None and epi.po and os.environ.get("PTI_WG_RESIDUAL", "1") == "0":
             return False
         # the fewest rows (of the launch's largest twin): WG_TWIN_MIN_ROWS for two twins (PTI_WG_TWIN_MIN_ROWS, A/B),
-        # WG_TALL_MIN_ROWS for one of the tall class (PTI_WG_TALL_MIN_ROWS), WG_TWIN_MIN_ROWS for one model of a class
-        # with a 16-row form (PTI_WG_ONE16), else WG_MIN_ROWS
+        # WG_TALL_MIN_ROWS for one of the tall class (PTI_WG_TALL_MIN_ROWS), else WG_MIN_ROWS
         if len(packs) == 2:
             least = int(os.environ.get("PTI_WG_TWIN_MIN_ROWS", WG_TWIN_MIN_ROWS))
         elif width_class(packs[0].rows / 16 / self.sm_count) == "x":
             least = int(os.environ.get("PTI_WG_TALL_MIN_ROWS", WG_TALL_MIN_ROWS))
-        elif packs[0].twins == 1 and width_class(packs[0].rows / 16 / self.sm_count) in wg_one16():
-            least = WG_TWIN_MIN_ROWS   # one model's 16-row form (PTI_WG_ONE16)
         else:
             least = WG_MIN_ROWS
         if any(self.short_k(p) for p in packs):
@@ -782,34 +755,16 @@ class KernelBackend(Backend):
 
 
 def launch_kernel(driver, f, grid: tuple, block: tuple, smem: int, stream: int, args, pdl: bool, what: str,
-                  cluster: int = 0, policy: int = 0) -> None:
+                  cluster: int = 0) -> None:
     """cuLaunchKernelEx on `stream` (launch_config)."""
-    _cu(driver.cuLaunchKernelEx(launch_config(driver, grid, block, smem, stream, pdl, cluster, policy), f, args, 0), what)
+    _cu(driver.cuLaunchKernelEx(launch_config(driver, grid, block, smem, stream, pdl, cluster), f, args, 0), what)
 
 
-# The clusters' scheduling policy a launch asks for (CUclusterSchedulingPolicy: 1 spread the blocks of a cluster over
-# the SMs, 2 let the hardware balance them; 0 the driver's default), by kind of launch, for A/B runs (session 38:
-# ncu found a narrow matrix's clusters of 8 on some SMs three CTAs deep and none on others).
-CLUSTER_POLICIES = {"default": 0, "spread": 1, "balance": 2}
-
-
-def cluster_policy(kind: str) -> int:
-    """PTI_CLUSTER_POLICY_WG (the Hopper matmuls) or PTI_CLUSTER_POLICY_ATTN (the attention), by `kind` ("wg" or
-    "attn"): default (the default), spread or balance (CLUSTER_POLICIES)."""
-    var = f"PTI_CLUSTER_POLICY_{kind.upper()}"
-    v = os.environ.get(var, "default")
-    if v not in CLUSTER_POLICIES:
-        raise PtiError(f"{var} must be one of {', '.join(CLUSTER_POLICIES)}, not {v!r}")
-    return CLUSTER_POLICIES[v]
-
-
-def launch_config(driver, grid: tuple, block: tuple, smem: int, stream: int, pdl: bool, cluster: int = 0,
-                  policy: int = 0):
+def launch_config(driver, grid: tuple, block: tuple, smem: int, stream: int, pdl: bool, cluster: int = 0):
     """A launch's CUlaunchConfig.  pdl: programmatic stream serialisation: the kernel may start before
     the previous one in the stream ends (it calls griddepcontrol.wait before touching that kernel's
     outputs; every kernel of kernels/ does).  cluster > 0: thread-block clusters of (cluster, 1, 1)
-    (sm_90+; the grid's x must be a multiple), placed by the scheduling policy `policy` if not 0
-    (CLUSTER_POLICIES)."""
+    (sm_90+; the grid's x must be a multiple)."""
     cfg = driver.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = tuple(grid) + (1,) * (3 - len(grid))
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = tuple(block) + (1,) * (3 - len(block))
@@ -825,11 +780,6 @@ def launch_config(driver, grid: tuple, block: tuple, smem: int, stream: int, pdl
         attr = driver.CUlaunchAttribute()
         attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
-        attrs.append(attr)
-    if cluster and policy:
-        attr = driver.CUlaunchAttribute()
-        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
-        attr.value.clusterSchedulingPolicyPreference = driver.CUclusterSchedulingPolicy(policy)
         attrs.append(attr)
     if attrs:
         cfg.attrs = attrs
@@ -938,7 +888,7 @@ class CudaBackend(KernelBackend):
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
         classes, self.wg_min_k, self.wg_table = wg_classes_wanted(), wg_min_k_wanted(), wg_variants()
         for cls in classes:
-            for _, suffix, mt, pb, slots, c, _ in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()) + WG_ONE_VARIANTS.get(cls, ()):
+            for _, suffix, mt, pb, slots, c, _ in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()):
                 for n in (wg_name(t, o, suffix) for t in ("bf16", "f16") for o in WG_OUTS):
                     if n in self.wg_funcs:   # (a form two classes share)
                         continue
@@ -1007,7 +957,7 @@ class CudaBackend(KernelBackend):
                                (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
                                + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)
                                + (ctypes.c_void_p,) * 4),
-                      self.pdl, f"launch {name}", cluster=c if c > 1 and not fix else 0, policy=cluster_policy("wg"))
+                      self.pdl, f"launch {name}", cluster=c if c > 1 and not fix else 0)
         return name
 
     def _wg_fixup(self, units: int, nr: int, twins: int, fix: int) -> tuple:

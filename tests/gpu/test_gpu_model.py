@@ -617,12 +617,9 @@ def test_host_ring_decodes_as_the_copy(dev, backend, twins):
 
 
 @pytest.mark.parametrize("narrow", ["auto", "1"])
-@pytest.mark.parametrize("twins,n_seqs,short_two,one16", [("a", 40, "16", "0"), ("ab", 40, "16", "0"),
-                                                          ("ab", 40, "32", "0"), ("ab", 24, "16", "0"),
-                                                          ("a", 24, "16", "0"), ("a", 12, "16", "c8"),
-                                                          ("a", 12, "16", "c4")])
-def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, short_two, one16, dev, backend, ops,
-                                                    monkeypatch):
+@pytest.mark.parametrize("twins,n_seqs,short_two", [("a", 40, "16"), ("ab", 40, "16"), ("ab", 40, "32"),
+                                                    ("ab", 24, "16"), ("a", 24, "16")])
+def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, short_two, dev, backend, ops, monkeypatch):
     """At 40 sequences (20 a twin), 24 of twins ab (12 a twin: WG_TWIN_MIN_ROWS) or 24 of one model, a 1024-wide
     model on the session's backend (PTI_WG_NARROW=auto: the Hopper kernels take gate/up and the head) and on one
     where they take every matrix (1: down and the attention's output in their residual form): each Hopper matmul
@@ -630,14 +627,12 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, short
     matrix those of the attention (AttnOut, PTI_ATTN_TILES=1, the default since session 37).  Under auto this
     model's QKV, O and down are narrow with a K below WG_MIN_K, so the Hopper kernels take every matrix too for
     twins at 12 rows a twin (their own form, PTI_WG_TWIN_SHORT, session 35), at 20 with PTI_WG_SHORT_TWO=32 (the
-    default; 16: the policy), for one model at 24 rows (PTI_WG_SHORT_ONE, session 37), and at 12 rows in a 16-row
-    form (PTI_WG_ONE16 c8 or c4, session 38's A/B setting; 16-row tiles from every writer).  Logits bit-identical
+    default; 16: the policy), and for one model at 24 rows (PTI_WG_SHORT_ONE, session 37).  Logits bit-identical
     to PTI_WG_TILES=0 with PTI_WG_RESIDUAL=0 (the pti_wg_tiles launches, the policy's residual epilogue), to an
     attention that writes no tiles (PTI_ATTN_TILES=0: a pti_wg_tiles launch before the output matrix) and to a
     sequence's pass alone (one row: the policy kernels)."""
     from wg_helpers import backend_with_wgmma
     monkeypatch.setenv("PTI_WG_SHORT_TWO", short_two)
-    monkeypatch.setenv("PTI_WG_ONE16", one16)
     be = backend if narrow == "auto" else backend_with_wgmma("1", "1")
     shape = GpuShape(n_layers=2, dim=1024, ffn=3072, n_heads=8, n_kv_heads=2, vocab=6144)
     m = gpu_model(shape, dev, be, ops, twins=twins, graphs=False, max_seqs=40)

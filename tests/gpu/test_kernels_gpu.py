@@ -731,54 +731,6 @@ def test_hopper_two_twins_of_a_short_narrow_matrix(policy_backend, monkeypatch, 
     assert wg_calls == [] and not torch.isnan(y).any()
 
 
-@pytest.mark.parametrize("one16", ["c8", "c4"])
-def test_one_model_16_row_forms(policy_backend, monkeypatch, one16):
-    """PTI_WG_ONE16 (session 38's A/B setting): one model's 9-16 rows of a wide matrix (6144x4096, an 8B model's QKV)
-    and of narrow ones with a long and a short K (4096x8192, 4096x4096: down and O) go to one Hopper launch of the
-    16-row form it names (m2_c8 or m2_c4), bit for bit the policy's, plain and scaled by each row's inv, on rows the
-    launch lays out and on the tiles given (the model's form); at 8 rows the policy (no launch), at 17 the class's
-    own forms; and with PTI_WG_ONE16=0 (the default) the policy at 16."""
-    wg_backend = backend_with_wgmma("1", "auto")
-    if not hopper(wg_backend):
-        return
-    from pti_cli.backends.cuda import WG_ONE_SETTINGS, Epilogue, width_class
-    wg_calls = []
-    real = wg_backend.launch_wg
-    monkeypatch.setattr(wg_backend, "launch_wg", lambda *a: wg_calls.append(real(*a)) or wg_calls[-1])
-    form = "_" + WG_ONE_SETTINGS[one16][1]
-    for n, k in ((6144, 4096), (4096, 8192), (4096, 4096)):
-        assert width_class(n / 16 / wg_backend.sm_count) in ("n", "w")
-        q, d = rand_q8(n, k)
-        one = wg_backend.weight_from_q8([(q.cuda(), d.cuda())], k)
-        plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda())], k)
-        assert one.packs[0].ring is not None, (n, k)
-        for setting, m, want in ((one16, 8, None), (one16, 9, form), (one16, 12, form), (one16, 16, form),
-                                 (one16, 17, "own"), ("0", 16, None)):
-            monkeypatch.setenv("PTI_WG_ONE16", setting)
-            x = rand_x(m, k, torch.bfloat16)
-            inv = [torch.rand(m, generator=GEN).add(0.5).cuda()]
-            for scaled in (False, True):
-                wg_calls.clear()
-                y, z = poisoned(m, n, torch.float32), poisoned(m, n, torch.float32)
-                epi = Epilogue(-(-k // 16), 0.0, inv=inv) if scaled else None
-                for b, w, out in ((wg_backend, one, y), (policy_backend, plain, z)):
-                    if scaled:
-                        b.matmul_epi([0], [x], w, [out], epi)
-                    else:
-                        b.matmul(x, w, 0, out=out)
-                assert len(wg_calls) == (want is not None), (n, k, setting, m, wg_calls)
-                assert want in (None, "own") or wg_calls[0].endswith(form), wg_calls
-                assert want != "own" or not wg_calls[0].endswith(form), wg_calls
-                assert not torch.isnan(y).any() and torch.equal(y.view(torch.int32), z.view(torch.int32)), (n, k, m)
-                if not scaled:
-                    check_close(y, x, q, d, k)
-                    z_plain = z
-            if want == form:   # on tiles given, as the launch before writes them in the model (16 rows)
-                y = poisoned(m, n, torch.float32)
-                wg_backend.launch_wg(one.packs, [x], [y], False, Epilogue(0, ti=[tile_layout(x, 16)]))
-                assert wg_calls[-1].endswith(form) and torch.equal(y.view(torch.int32), z_plain.view(torch.int32)), (n, k, m)
-
-
 def repack_like(n: int, k: int):
     """A Packed of that shape (zeros), for the backend's shape rules."""
     from pti_cli.backends.repack import Packed
