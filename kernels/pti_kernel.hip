@@ -1332,8 +1332,8 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
 // one model of the tall matrices: m2, session 32; 17-32 rows: m4, 33-64: m8), PB and S as measured best in
 // scripts/wgmma_probe.py (docs/perf.md, sessions 26-27: on 28672x4096 m4_w2_b4_r3_o2_c1_x1 and
 // m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices: m4_w2_b4_r3_o2_c4_x1,
-// m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's (m4_g8: m4_c8's) loop in the fixup
-// form (G) instead of a cluster.  m2_c4: two twins of the narrow class at 9-16 rows a twin, clusters of 4 at three CTAs a
+// m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in the fixup form (G)
+// instead of a cluster.  m2_c4: two twins of the narrow class at 9-16 rows a twin, clusters of 4 at three CTAs a
 // SM (PB 2), so that a 4096-row matrix's 64 clusters fit one wave (session 34); m2_c2 (A/B): clusters of 2 whose
 // shared memory (119 KB) holds them to one CTA a SM, so that they cannot pile up on some SMs.
 #define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G)                                                        \
@@ -1361,7 +1361,6 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     PTI_WG_OUTS(TY, TIN, m4_c8, 4, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1)       \
-    PTI_WG_OUTS(TY, TIN, m4_g8, 4, 2, 4, 8, 1)       \
     PTI_WG_OUTS(TY, TIN, m2_c4, 2, 2, 4, 4, 0)       \
     PTI_WG_OUTS(TY, TIN, m2_c2, 2, 4, 4, 2, 0)
 PTI_WG_ALL(bf16, 0)

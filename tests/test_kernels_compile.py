@@ -381,7 +381,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
     name says."""
     import re
     from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import WG_FIX, WG_FIX32, WG_OUTS, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
+    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
     src = kernel_source()
     guard = src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
     assert "pti_wg_mm<" not in src[:guard]
@@ -391,7 +391,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
     assert outs == [(o, str(i)) for i, o in enumerate(WG_OUTS)] and wg_name("h16", "glu", "m4") == "pti_wg_f16_glu_m4"
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_WG_OUTS\(TY, TIN, (\w+), ([\d, ]+)\)", guarded)}
-    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX, WG_FIX32)}
+    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX,)}
     twin_entries = {v[1]: v[2:] for vs in WG_TWIN_VARIANTS.values() for v in vs}
     assert not set(twin_entries) & set(entries) and inst == {**entries, **twin_entries}
     # two twins' own forms: 16-row cluster forms of the narrower classes, ahead of their classes' own entries
@@ -400,7 +400,6 @@ def test_hopper_kernel_names_match_the_kernel_source():
         assert [v[0] for v in vs] == ([16] if cls == "x" else []) + [32, 64] and all(8 % v[5] == 0 for v in vs), cls
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
     assert WG_FIX[5:] == (8, 1) and WG_FIX[2:5] == dict((v[1], v[2:5]) for v in WG_VARIANTS["n"])["m8_c8"]
-    assert WG_FIX32[5:] == (8, 1) and WG_FIX32[2:5] == dict((v[1], v[2:5]) for v in WG_VARIANTS["n"])["m4_c8"]
 
 
 def test_launch_config_sets_grid_pdl_and_cluster():
@@ -781,11 +780,10 @@ def test_tile_outputs_are_checked_before_a_launch():
 
 def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     """PTI_WG_FIX=1 gives 33-64 rows of the narrow class to the fixup form (WG_FIX: m8_c8's loop, no
-    cluster), 2 its 17-32 rows instead (WG_FIX32: m4_c8's), the other classes keep theirs; a clear error for anything
-    but 0, 1 or 2.  _wg_fixup: no arguments
+    cluster), the other classes keep theirs; a clear error for anything but 0 or 1.  _wg_fixup: no arguments
     without it; with it, room for every CTA's slice sums and a zero count a unit, twin B's past twin A's,
     kept per shape (a captured graph holds the addresses)."""
-    from pti_cli.backends.cuda import THREADS, WG_FIX, WG_FIX32, WG_VARIANTS, CudaBackend, wg_variants
+    from pti_cli.backends.cuda import THREADS, WG_FIX, WG_VARIANTS, CudaBackend, wg_variants
     from pti_cli.errors import PtiError
     monkeypatch.delenv("PTI_WG_FIX", raising=False)
     assert wg_variants() == WG_VARIANTS
@@ -793,10 +791,6 @@ def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     table = wg_variants()
     assert table["x"] == WG_VARIANTS["x"] and table["w"] == WG_VARIANTS["w"]
     assert table["n"][0] == WG_VARIANTS["n"][0] and table["n"][1] == WG_FIX
-    monkeypatch.setenv("PTI_WG_FIX", "2")
-    table = wg_variants()
-    assert table["x"] == WG_VARIANTS["x"] and table["w"] == WG_VARIANTS["w"] and table["n"] == (WG_FIX32, WG_VARIANTS["n"][1])
-    assert [v[0] for v in table["n"]] == [v[0] for v in WG_VARIANTS["n"]]
     monkeypatch.setenv("PTI_WG_FIX", "yes")
     with pytest.raises(PtiError, match="PTI_WG_FIX"):
         wg_variants()

@@ -52,10 +52,6 @@
 #     attn-ab      twins ab at 24 and 32 sequences with PTI_ATTN_TILES 0 / 1 / 0 / 1 (JSON "ab"; session 37 repeats its
 #              first call's A/B, whose logs were lost)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
-#     fix32        session 38: the narrow class's 17-32 rows in the fixup form (PTI_WG_FIX=2): fix32-test (the GPU tests
-#              of the narrower forms and the pass), fix32-table (q8 and ssq16 at 1, 17, 24 and 32 rows of the two
-#              4096-row matrices, PTI_WG_FIX 0 then 2), fix32-ab (one model at 24 and 32 sequences and twins ab at
-#              40 and 64, PTI_WG_FIX 0 / 2 / 0 / 2; JSON "aab")
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -273,14 +269,5 @@ short-two)
   SYNTH_TWINS=ab SYNTH_SEQS=40,64 SYNTH_ENVS="PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32 PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32" synth_env ;;
 attn-ab)
   SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env ;;
-fix32|fix32-test)
-  gtest "cluster_forms_give or residual_form_gives or tiles_and_residual_form_in_the_pass or fixup" ;;&
-fix32|fix32-table)
-  for v in 0 2; do
-    step "the narrow class at 17-32 rows, PTI_WG_FIX=$v"
-    PTI_WG_FIX=$v ktable "$OUT/fix32_$v.json" 4096x4096,4096x14336 1,17,24,32 q8,ssq16
-  done ;;&
-fix32|fix32-ab)
-  SYNTH_TWINS=a,ab SYNTH_SEQS=${SYNTH_SEQS:-24,32,64} SYNTH_ENVS="PTI_WG_FIX=0 PTI_WG_FIX=2 PTI_WG_FIX=0 PTI_WG_FIX=2" synth_env ;;
 esac; done
 step done

@@ -79,11 +79,6 @@ WG_VARIANTS = {"x": ((16, "m2", 2, 4, 3, 1, 0), (32, "m4", 4, 4, 3, 1, 0), (64, 
 # PTI_WG_FIX=1 gives the narrow class's 64-row entry to it (wg_variants): up to 41 units, about one wave of
 # CTAs; the wide class has more units than one wave holds either way.
 WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
-# PTI_WG_FIX=2 (A/B, session 38) gives the narrow class's 17-32 rows the fixup form instead (33-64 keep m8_c8):
-# m4_c8's loop without a cluster.  ncu of m4_c8 (4096x14336, 32 rows, 256 CTAs) found 0-3 CTAs a SM, the SMs' mean active cycles 73% of
-# the busiest's: the card fills some GPCs with clusters and leaves others empty (the cluster scheduling policy
-# attribute changed nothing), where plain CTAs spread 1-2 a SM (m2: docs/perf.md, session 38).
-WG_FIX32 = (32, "m4_g8", 4, 2, 4, 8, 1)
 # Two twins at 9-16 rows a twin of the narrow class (down): clusters of 4 (two slices a CTA, 16 tile rows) at three
 # CTAs a SM (PB 2), so that a 4096-row matrix's 64 clusters (32 units a twin) fit one wave, where m4_c8's 64
 # clusters of 8 ran in 1.4 waves (the card holds 92 clusters of 4 at three CTAs a SM, 45 of 8: docs/perf.md,
@@ -121,19 +116,17 @@ def wg_x_first() -> bool:
 
 
 def wg_variants() -> dict:
-    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1 (for 17-32 under 2), and without the
+    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1, and without the
     tall class's 16-row form under PTI_WG_M2=0 (its 9-16 rows then take the 32-row form, for A/B runs;
     PTI_WG_M2=1 keeps it from two twins, as in session 33: wg_kernel)."""
     v, m2 = os.environ.get("PTI_WG_FIX", "0"), os.environ.get("PTI_WG_M2", "2")
-    if v not in ("0", "1", "2") or m2 not in ("0", "1", "2"):
-        raise PtiError(f"PTI_WG_FIX and PTI_WG_M2 must be 0, 1 or 2, not {v!r} and {m2!r}")
+    if v not in ("0", "1") or m2 not in ("0", "1", "2"):
+        raise PtiError(f"PTI_WG_FIX must be 0 or 1 and PTI_WG_M2 0, 1 or 2, not {v!r} and {m2!r}")
     table = dict(WG_VARIANTS)
     if m2 == "0":
         table["x"] = tuple(e for e in table["x"] if e[1] != "m2")
     if v == "1":
         table["n"] = table["n"][:1] + (WG_FIX,)
-    elif v == "2":
-        table["n"] = (WG_FIX32,) + table["n"][1:]
     return table
 
 
