@@ -1015,12 +1015,8 @@ struct PtiWgArgs {
 // memory (a.fixp) and counts itself done (a.fixc); the unit's last CTA adds the 8 slices in slice order into
 // C = 1's running sums and writes the whole unit, as C = 1 does.  Why: a cluster of 8 must sit in one GPC, so the H200 holds 30 of
 // them at two CTAs a SM (240 of 264 CTA slots), and a matrix of 32 units (4096 rows) ran in two waves;
-// without clusters its 256 CTAs are one wave (docs/perf.md, session 31).  G = 2 (session 38, A/B): every CTA
-// parks its slice and counts itself in (a.fixc[2 unit]), waits until the unit's 8 have, then writes its share of
-// the elements as the cluster form's rank does, reading the 8 slices from L2 in slice order; the last CTA to count
-// itself out (a.fixc[2 unit + 1]) sets both counts back.  The wait needs the unit's 8 CTAs resident together: the
-// host launches it only where the whole grid fits the card at once (launch_wg).
-template <int TIN, int TOUT, int MT, int PB, int S, int C = 1, int G = 0>
+// without clusters its 256 CTAs are one wave (docs/perf.md, session 31).
+template <int TIN, int TOUT, int MT, int PB, int S, int C = 1, bool G = false>
 __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     constexpr int NR = 8 * MT, ND = NR / 2, T = 256, R = 8, SPC = 8 / C;
     constexpr int PHASE = PB * NR * 64, WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB), SLOT = WSTAGE + PHASE;
@@ -1140,15 +1136,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // G: this slice's sums out, then only the unit's last CTA goes on (the threadFenceReduction pattern:
     // every thread's stores fenced before one thread counts the CTA done)
     const float* fixu = G ? (twin ? a.fixp[1] : a.fixp[0]) + (pti_u64)unit * 8 * ND * T : nullptr;
-    unsigned* const fixn = G == 2 ? (twin ? a.fixc[1] : a.fixc[0]) + 2 * unit : nullptr;
-    if (G == 2) {   // this slice's sums out, fenced, then counted in (a release: the fence before the count)
-#pragma unroll
-        for (int i = 0; i < ND; ++i) __stcg((float*)fixu + ((pti_u64)rank * ND + i) * T + tid, acc[i]);
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) atomicAdd(fixn, 1u);
-    }
-    if (G == 1) {
+    if (G) {
         __shared__ int last;
 #pragma unroll
         for (int i = 0; i < ND; ++i) __stcg((float*)fixu + ((pti_u64)rank * ND + i) * T + tid, acc[i]);
@@ -1204,16 +1192,8 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // element e's finished sum: this thread's own (C == 1) or the 8 slices' in slice order (C > 1)
     // (plain lambdas: NVRTC 13.0, the H200 image's, refuses a generic one in device code)
     auto sum = [&](int e) -> float {
-        if (C == 1 || G == 1) return run[e * T + tid];
+        if (C == 1 || G) return run[e * T + tid];
         float v = 0.f;
-        if (G == 2) {
-#pragma unroll
-            for (int r = 0; r < 8; ++r) {
-                const float pv = __ldcg(fixu + ((pti_u64)r * ND + e) * T + tid);
-                v = r == 0 ? pv : __fadd_rn(v, pv);
-            }
-            return v;
-        }
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
             unsigned ra;
@@ -1272,7 +1252,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         if (TOUT != 0 || !po) return;
         __syncwarp();
         for (int m = lane; m < M; m += 32) {
-            if (C > 1 && G != 1 && ((m >> 3) * 2 + (m & 1)) / (ND / 2 / C) != rank) continue;
+            if (C > 1 && !G && ((m >> 3) * 2 + (m & 1)) / (ND / 2 / C) != rank) continue;
             const float* e = res_s + m * 16;
             float p = 0.f;
 #pragma unroll
@@ -1280,7 +1260,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             po[(pti_u64)m * (a.N >> 4) + rg] = p;
         }
     };
-    if (C == 1 || G == 1) {
+    if (C == 1 || G) {
         float xv[ND];
 #pragma unroll
         for (int i = 0; i < ND; ++i) xv[i] = x_in(i);
@@ -1298,18 +1278,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         xv[2 * p] = x_in(i);
         xv[2 * p + 1] = x_in(i + 2);
     }
-    if (G == 2) {   // the unit's 8 slices parked: thread 0 acquires the count, the CTA barrier passes it on
-        if (tid == 0) {
-            unsigned n;
-            do {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(n) : "l"(fixn) : "memory");
-            } while (n < 8u);
-        }
-        __syncthreads();
-        __threadfence();
-    } else {
-        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
         const int pr = rank * NP + p, i = (pr >> 1) * 4 + (pr & 1);
@@ -1317,15 +1286,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         if (TOUT != 2) out(i + 2, xv[2 * p + 1]);
     }
     partials();
-    if (G == 2) {   // every read of the slices has returned (its value stored): count out; the last sets both back
-        __syncthreads();
-        if (tid == 0 && atomicAdd(fixn + 1, 1u) == 7u) {
-            fixn[0] = 0u;
-            fixn[1] = 0u;
-        }
-    } else {
-        asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
-    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
 // The activations of one or two twins (blockIdx.y) in the tile layout pti_wg_mm reads: nb tiles of
@@ -1372,8 +1333,7 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
 // scripts/wgmma_probe.py (docs/perf.md, sessions 26-27: on 28672x4096 m4_w2_b4_r3_o2_c1_x1 and
 // m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices: m4_w2_b4_r3_o2_c4_x1,
 // m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in the fixup form (G)
-// instead of a cluster; m4_d8 (A/B, session 38): m4_c8's loop in the fixup form whose 8 CTAs share
-// the epilogue (G = 2).  m2_c4: two twins of the narrow class at 9-16 rows a twin, clusters of 4 at three CTAs a
+// instead of a cluster.  m2_c4: two twins of the narrow class at 9-16 rows a twin, clusters of 4 at three CTAs a
 // SM (PB 2), so that a 4096-row matrix's 64 clusters fit one wave (session 34); m2_c2 (A/B): clusters of 2 whose
 // shared memory (119 KB) holds them to one CTA a SM, so that they cannot pile up on some SMs.
 #define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G)                                                        \
@@ -1401,7 +1361,6 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     PTI_WG_OUTS(TY, TIN, m4_c8, 4, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1)       \
-    PTI_WG_OUTS(TY, TIN, m4_d8, 4, 2, 4, 8, 2)       \
     PTI_WG_OUTS(TY, TIN, m2_c4, 2, 2, 4, 4, 0)       \
     PTI_WG_OUTS(TY, TIN, m2_c2, 2, 4, 4, 2, 0)
 PTI_WG_ALL(bf16, 0)

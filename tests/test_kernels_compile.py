@@ -381,7 +381,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
     name says."""
     import re
     from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import WG_FIX, WG_FIX_SHARED, WG_OUTS, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
+    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
     src = kernel_source()
     guard = src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
     assert "pti_wg_mm<" not in src[:guard]
@@ -391,7 +391,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
     assert outs == [(o, str(i)) for i, o in enumerate(WG_OUTS)] and wg_name("h16", "glu", "m4") == "pti_wg_f16_glu_m4"
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_WG_OUTS\(TY, TIN, (\w+), ([\d, ]+)\)", guarded)}
-    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX, WG_FIX_SHARED)}
+    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX,)}
     twin_entries = {v[1]: v[2:] for vs in WG_TWIN_VARIANTS.values() for v in vs}
     assert not set(twin_entries) & set(entries) and inst == {**entries, **twin_entries}
     # two twins' own forms: 16-row cluster forms of the narrower classes, ahead of their classes' own entries
@@ -400,7 +400,6 @@ def test_hopper_kernel_names_match_the_kernel_source():
         assert [v[0] for v in vs] == ([16] if cls == "x" else []) + [32, 64] and all(8 % v[5] == 0 for v in vs), cls
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
     assert WG_FIX[5:] == (8, 1) and WG_FIX[2:5] == dict((v[1], v[2:5]) for v in WG_VARIANTS["n"])["m8_c8"]
-    assert WG_FIX_SHARED[5:] == (8, 2) and WG_FIX_SHARED[2:5] == dict((v[1], v[2:5]) for v in WG_VARIANTS["n"])["m4_c8"]
 
 
 def test_launch_config_sets_grid_pdl_and_cluster():
@@ -781,11 +780,10 @@ def test_tile_outputs_are_checked_before_a_launch():
 
 def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     """PTI_WG_FIX=1 gives 33-64 rows of the narrow class to the fixup form (WG_FIX: m8_c8's loop, no
-    cluster), 3 one twin's 17-32 rows to the shared-epilogue form (WG_FIX_SHARED, m4_d8; two twins keep m4_c8),
-    the other classes keep theirs; a clear error for anything else.  _wg_fixup: no arguments without it; with
-    it, room for every CTA's slice sums and a zero count a unit (two for m4_d8), twin B's past twin A's, kept
-    per shape and form (a captured graph holds the addresses)."""
-    from pti_cli.backends.cuda import THREADS, WG_FIX, WG_FIX_SHARED, WG_VARIANTS, CudaBackend, wg_variants
+    cluster), the other classes keep theirs; a clear error for anything but 0 or 1.  _wg_fixup: no arguments
+    without it; with it, room for every CTA's slice sums and a zero count a unit, twin B's past twin A's,
+    kept per shape (a captured graph holds the addresses)."""
+    from pti_cli.backends.cuda import THREADS, WG_FIX, WG_VARIANTS, CudaBackend, wg_variants
     from pti_cli.errors import PtiError
     monkeypatch.delenv("PTI_WG_FIX", raising=False)
     assert wg_variants() == WG_VARIANTS
@@ -793,20 +791,9 @@ def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     table = wg_variants()
     assert table["x"] == WG_VARIANTS["x"] and table["w"] == WG_VARIANTS["w"]
     assert table["n"][0] == WG_VARIANTS["n"][0] and table["n"][1] == WG_FIX
-    monkeypatch.setenv("PTI_WG_FIX", "3")
-    table = wg_variants()
-    assert table["x"] == WG_VARIANTS["x"] and table["w"] == WG_VARIANTS["w"]
-    assert table["n"] == (WG_FIX_SHARED,) + WG_VARIANTS["n"] and WG_FIX_SHARED[0] == 32
-    wk = object.__new__(CudaBackend)
-    wk.sm_count, wk.wg_table = 4, table
-    assert [wk.wg_kernel(m, torch.float32, rows=128, twins=1)[0].rsplit("_", 2)[-2:] for m in (17, 32, 33)] == [
-        ["m4", "d8"], ["m4", "d8"], ["m8", "c8"]]
-    assert wk.wg_kernel(32, torch.float32, rows=128, twins=2)[0].endswith("_m4_c8")   # two twins: no wait across grids
-    assert wk.wg_kernel(32, torch.float32, rows=128, twins=1)[3] == 2
-    for bad in ("yes", "2"):
-        monkeypatch.setenv("PTI_WG_FIX", bad)
-        with pytest.raises(PtiError, match="PTI_WG_FIX"):
-            wg_variants()
+    monkeypatch.setenv("PTI_WG_FIX", "yes")
+    with pytest.raises(PtiError, match="PTI_WG_FIX"):
+        wg_variants()
     monkeypatch.setenv("PTI_WG_FIX", "0")   # PTI_WG_M2=0: the tall class's 9-16 rows take its 32-row form
     monkeypatch.setenv("PTI_WG_M2", "0")
     assert wg_variants()["x"] == WG_VARIANTS["x"][1:] and WG_VARIANTS["x"][0][:2] == (16, "m2")
@@ -818,15 +805,11 @@ def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     be.device, be._fix = torch.device("cpu"), {}
     assert be._wg_fixup(32, 64, 2, 0) == (0,) * 4 and not be._fix
     fpa, fpb, fca, fcb = be._wg_fixup(32, 64, 2, 1)
-    fp, fc = be._fix[(32, 64, 1)]
+    fp, fc = be._fix[(32, 64)]
     per = 32 * 8 * 32 * THREADS
     assert fp.numel() == 2 * per and fp.dtype == torch.float32 and (fpa, fpb) == (fp.data_ptr(), fp.data_ptr() + 4 * per)
     assert fc.numel() == 64 and not fc.any() and (fca, fcb) == (fc.data_ptr(), fc.data_ptr() + 4 * 32)
     assert be._wg_fixup(32, 64, 1, 1) == (fpa, fpa, fca, fca) and len(be._fix) == 1   # one twin: A's, reused
-    fpa, fpb, fca, fcb = be._wg_fixup(32, 32, 2, 2)   # m4_d8: two counts a unit, its own buffers
-    fp, fc = be._fix[(32, 32, 2)]
-    assert fc.numel() == 2 * 64 and not fc.any() and (fca, fcb) == (fc.data_ptr(), fc.data_ptr() + 4 * 64)
-    assert fp.numel() == 2 * 32 * 8 * 16 * THREADS and len(be._fix) == 2
 
 
 def test_hopper_x_first_setting(monkeypatch):

@@ -52,10 +52,6 @@
 #     attn-ab      twins ab at 24 and 32 sequences with PTI_ATTN_TILES 0 / 1 / 0 / 1 (JSON "ab"; session 37 repeats its
 #              first call's A/B, whose logs were lost)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
-#     fix3         session 38: one twin's 17-32 rows of the narrow class in the fixup form with its epilogue shared
-#              (PTI_WG_FIX=3, m4_d8): fix3-test (the GPU tests of the narrower forms and the pass), fix3-table (q8 at 1,
-#              24 and 32 rows of the two 4096-row matrices, PTI_WG_FIX 0 then 3), fix3-ab (one model at 24 and 32
-#              sequences, PTI_WG_FIX 0 / 3 / 0 / 3; JSON "a")
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -273,14 +269,5 @@ short-two)
   SYNTH_TWINS=ab SYNTH_SEQS=40,64 SYNTH_ENVS="PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32 PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32" synth_env ;;
 attn-ab)
   SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env ;;
-fix3|fix3-test)
-  gtest "cluster_forms_give or residual_form_gives or tiles_and_residual_form_in_the_pass or fixup" ;;&
-fix3|fix3-table)
-  for v in 0 3; do
-    step "one twin of the narrow class at 17-32 rows, PTI_WG_FIX=$v"
-    PTI_WG_FIX=$v ktable "$OUT/fix3_$v.json" 4096x4096,4096x14336 1,24,32 q8
-  done ;;&
-fix3|fix3-ab)
-  SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-24,32} SYNTH_ENVS="PTI_WG_FIX=0 PTI_WG_FIX=3 PTI_WG_FIX=0 PTI_WG_FIX=3" synth_env ;;
 esac; done
 step done

@@ -79,12 +79,6 @@ WG_VARIANTS = {"x": ((16, "m2", 2, 4, 3, 1, 0), (32, "m4", 4, 4, 3, 1, 0), (64, 
 # PTI_WG_FIX=1 gives the narrow class's 64-row entry to it (wg_variants): up to 41 units, about one wave of
 # CTAs; the wide class has more units than one wave holds either way.
 WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
-# PTI_WG_FIX=3 (A/B, session 38) gives one twin of the narrow class at 17-32 rows m4_c8's loop without a cluster (plain
-# CTAs spread 1-2 a SM, where ncu found clusters of 8 on 0-3 a SM, the mean SM busy 73% of the busiest's), its
-# epilogue shared by the unit's 8 CTAs (G = 2) after a wait on the unit's count: the same form with the last CTA's
-# epilogue (G = 1, m4_g8) made the model 9-12% slower at 24-32 sequences (docs/perf.md, session 38).  The wait needs
-# the grid resident at once: two twins (512 CTAs) keep m4_c8 (wg_kernel), and launch_wg checks the grid fits.
-WG_FIX_SHARED = (32, "m4_d8", 4, 2, 4, 8, 2)
 # Two twins at 9-16 rows a twin of the narrow class (down): clusters of 4 (two slices a CTA, 16 tile rows) at three
 # CTAs a SM (PB 2), so that a 4096-row matrix's 64 clusters (32 units a twin) fit one wave, where m4_c8's 64
 # clusters of 8 ran in 1.4 waves (the card holds 92 clusters of 4 at three CTAs a SM, 45 of 8: docs/perf.md,
@@ -122,20 +116,17 @@ def wg_x_first() -> bool:
 
 
 def wg_variants() -> dict:
-    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1 (for one twin's 17-32
-    rows, its epilogue shared, under 3: WG_FIX_SHARED), and without the
+    """WG_VARIANTS, with the fixup form for 33-64 rows of the narrow class under PTI_WG_FIX=1, and without the
     tall class's 16-row form under PTI_WG_M2=0 (its 9-16 rows then take the 32-row form, for A/B runs;
     PTI_WG_M2=1 keeps it from two twins, as in session 33: wg_kernel)."""
     v, m2 = os.environ.get("PTI_WG_FIX", "0"), os.environ.get("PTI_WG_M2", "2")
-    if v not in ("0", "1", "3") or m2 not in ("0", "1", "2"):
-        raise PtiError(f"PTI_WG_FIX must be 0, 1 or 3 and PTI_WG_M2 0, 1 or 2, not {v!r} and {m2!r}")
+    if v not in ("0", "1") or m2 not in ("0", "1", "2"):
+        raise PtiError(f"PTI_WG_FIX must be 0 or 1 and PTI_WG_M2 0, 1 or 2, not {v!r} and {m2!r}")
     table = dict(WG_VARIANTS)
     if m2 == "0":
         table["x"] = tuple(e for e in table["x"] if e[1] != "m2")
     if v == "1":
         table["n"] = table["n"][:1] + (WG_FIX,)
-    elif v == "3":   # one twin's 17-32 rows (wg_kernel)
-        table["n"] = (WG_FIX_SHARED,) + table["n"]
     return table
 
 
@@ -444,7 +435,6 @@ class KernelBackend(Backend):
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
         self.smem_two: dict[str, int] = {}   # a Hopper kernel's that holds it to two CTAs a SM (wg_launch_smem)
         self.ctas_a_sm: dict[str, int] = {}   # those kernels' CTAs a SM at their own shared memory
-        self.wg_fit: dict[str, int] = {}   # a Hopper kernel's CTAs the card holds at once at its own shared memory
         self._load_module()
 
     # -- loading weights ---------------------------------------------------
@@ -545,8 +535,7 @@ class KernelBackend(Backend):
         forms, own = self.wg_table[cls], wg_twin_forms().get(cls) if twins == 2 else None
         if own:   # two twins' own form first (WG_TWIN_SETTINGS)
             forms = (own,) + forms
-        _, suffix, mt, _, _, c, fix = next(v for v in forms if m <= v[0] and (m2_ok or v[1] != "m2")
-                                           and (twins == 1 or v[6] != 2))   # (G = 2: one twin's grid, WG_FIX_SHARED)
+        _, suffix, mt, _, _, c, fix = next(v for v in forms if m <= v[0] and (m2_ok or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 
     def wg_launch_smem(self, name: str, ctas: int) -> int:
@@ -910,7 +899,6 @@ class CudaBackend(KernelBackend):
                     set_carveout(driver, f, 100, n)
                     occupancy = lambda b: _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, b), f"occupancy {n}")
                     ctas_a_sm = occupancy(self.smem[n])
-                    self.wg_fit[n] = ctas_a_sm * self.sm_count
                     if ctas_a_sm < (1 if suffix == WG_TWIN_FORM_C2[1] else 2):   # (m2_c2: one a SM by design)
                         return
                     # (not a cluster form: m4_c8 fits 45 clusters of 8 at three CTAs a SM, 30 at two, session 32;
@@ -963,8 +951,6 @@ class CudaBackend(KernelBackend):
         h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16") | 4 * wg_x_first()   # as Epilogue.args
         outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, max(ma, mb)) + self._wg_fixup(g // RING_GROUPS, nr, len(xs), fix)
         ctas = g // RING_GROUPS * c + n_inv
-        if fix == 2 and ctas * len(xs) > self.wg_fit[name]:   # its CTAs wait for each other: all must be resident
-            raise PtiError(f"{name}: {ctas * len(xs)} CTAs do not fit the card at once ({self.wg_fit[name]})")
         launch_kernel(self._drv, self.wg_funcs[name], (ctas, len(xs)), (THREADS,), self.wg_launch_smem(name, ctas * len(xs)),
                       stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16,
                                 pa, pb, epi.ng if pa else 0, float(epi.eps) if pa else 0.0, n_inv) + outs,
@@ -976,17 +962,17 @@ class CudaBackend(KernelBackend):
 
     def _wg_fixup(self, units: int, nr: int, twins: int, fix: int) -> tuple:
         """The fixup form's arguments (PtiWgArgs.fixp, fixc, per twin): room for each CTA's slice sums
-        ([unit][8 slices][nr / 2 elements][THREADS]) and each unit's count (G = 2: two, in and out), zero (the
-        kernel sets them back after each launch).  Kept per shape and form, for every later launch and graph;
-        launches of one backend are ordered on its stream, so they can share them."""
+        ([unit][8 slices][nr / 2 elements][THREADS]) and each unit's count, zero (the kernel sets it back after
+        each launch).  Kept per shape, for every later launch and graph; launches of one backend are ordered
+        on its stream, so they can share them."""
         if not fix:
             return (0,) * 4
-        per, counts = units * 8 * (nr // 2) * THREADS, units * fix
-        if (units, nr, fix) not in self._fix:
-            self._fix[(units, nr, fix)] = (torch.empty(2 * per, dtype=torch.float32, device=self.device),
-                                           torch.zeros(2 * counts, dtype=torch.int32, device=self.device))
-        fp, fc = self._fix[(units, nr, fix)]
-        return (fp.data_ptr(), fp.data_ptr() + 4 * per * (twins - 1), fc.data_ptr(), fc.data_ptr() + 4 * counts * (twins - 1))
+        per = units * 8 * (nr // 2) * THREADS
+        if (units, nr) not in self._fix:
+            self._fix[(units, nr)] = (torch.empty(2 * per, dtype=torch.float32, device=self.device),
+                                      torch.zeros(2 * units, dtype=torch.int32, device=self.device))
+        fp, fc = self._fix[(units, nr)]
+        return (fp.data_ptr(), fp.data_ptr() + 4 * per * (twins - 1), fc.data_ptr(), fc.data_ptr() + 4 * units * (twins - 1))
 
     @staticmethod
     def _wg_outs(epi: Epilogue | None, live: list[int], rows: int, glu: bool, ys: list[torch.Tensor], m: int) -> tuple:

@@ -616,7 +616,7 @@ def test_host_ring_decodes_as_the_copy(dev, backend, twins):
     assert outs[0] == outs[1]
 
 
-@pytest.mark.parametrize("narrow", ["auto", "1", "fix3"])
+@pytest.mark.parametrize("narrow", ["auto", "1"])
 @pytest.mark.parametrize("twins,n_seqs,short_two", [("a", 40, "16"), ("ab", 40, "16"), ("ab", 40, "32"),
                                                     ("ab", 24, "16"), ("a", 24, "16")])
 def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, short_two, dev, backend, ops, monkeypatch):
@@ -627,18 +627,13 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, short
     matrix those of the attention (AttnOut, PTI_ATTN_TILES=1, the default since session 37).  Under auto this
     model's QKV, O and down are narrow with a K below WG_MIN_K, so the Hopper kernels take every matrix too for
     twins at 12 rows a twin (their own form, PTI_WG_TWIN_SHORT, session 35), at 20 with PTI_WG_SHORT_TWO=32 (the
-    default; 16: the policy), and for one model at 24 rows (PTI_WG_SHORT_ONE, session 37), also with one twin's
-    17-32 rows of the narrow class in the shared-epilogue fixup form (fix3: PTI_WG_FIX=3, session 38's A/B).
-    Logits bit-identical
+    default; 16: the policy), and for one model at 24 rows (PTI_WG_SHORT_ONE, session 37).  Logits bit-identical
     to PTI_WG_TILES=0 with PTI_WG_RESIDUAL=0 (the pti_wg_tiles launches, the policy's residual epilogue), to an
     attention that writes no tiles (PTI_ATTN_TILES=0: a pti_wg_tiles launch before the output matrix) and to a
     sequence's pass alone (one row: the policy kernels)."""
     from wg_helpers import backend_with_wgmma
     monkeypatch.setenv("PTI_WG_SHORT_TWO", short_two)
-    if narrow == "auto":
-        be = backend
-    else:   # every class's forms (1), or auto's with one twin's 17-32 rows of the narrow class in m4_d8 (fix3)
-        be = backend_with_wgmma("1", "1") if narrow == "1" else backend_with_wgmma("1", "auto", "3")
+    be = backend if narrow == "auto" else backend_with_wgmma("1", "1")
     shape = GpuShape(n_layers=2, dim=1024, ffn=3072, n_heads=8, n_kv_heads=2, vocab=6144)
     m = gpu_model(shape, dev, be, ops, twins=twins, graphs=False, max_seqs=40)
     seqs = [SeqRows(i, [t], 0, i % 2 if twins == "ab" else 0) for i, t in enumerate(prompt(n_seqs, shape.vocab, 7))]
@@ -653,7 +648,7 @@ def test_hopper_tiles_and_residual_form_in_the_pass(narrow, twins, n_seqs, short
         _, tiled = m.run_pass(seqs, want_logits=True)
     finally:
         ops.attn_tiles = keep
-    if be.wgmma and narrow != "1" and n_seqs == 40 and short_two == "16":   # gate/up in both layers and the head
+    if be.wgmma and narrow == "auto" and n_seqs == 40 and short_two == "16":   # gate/up in both layers and the head
         assert launches == [(True, False)] * 3
     elif be.wgmma:   # QKV, the attention's output, gate/up, down in each layer, then the head
         assert launches == [(False, False), (True, True), (True, False), (True, True),

@@ -337,18 +337,10 @@ def wg_fix_backend():
     return backend_with_wgmma("1", "1", "1")
 
 
-@pytest.fixture(scope="module")
-def wg_fix_shared_backend():
-    """The same with one twin's 17-32 rows of the narrower matrices in the shared-epilogue fixup form (PTI_WG_FIX=3,
-    m4_d8: session 38's A/B)."""
-    return backend_with_wgmma("1", "1", "3")
-
-
-@pytest.fixture(params=["cluster", "fixup", "shared"])
-def narrow_backend(request, wg_narrow_backend, wg_fix_backend, wg_fix_shared_backend):
-    """The narrower matrices' Hopper forms: the clusters', the fixup form at 33-64 rows, and one twin's 17-32 rows
-    in the fixup form whose CTAs share the epilogue."""
-    return {"cluster": wg_narrow_backend, "fixup": wg_fix_backend, "shared": wg_fix_shared_backend}[request.param]
+@pytest.fixture(params=["cluster", "fixup"])
+def narrow_backend(request, wg_narrow_backend, wg_fix_backend):
+    """The narrower matrices' Hopper forms: the clusters', and the fixup form at 33-64 rows."""
+    return wg_narrow_backend if request.param == "cluster" else wg_fix_backend
 
 
 def hopper(backend) -> bool:
@@ -623,8 +615,7 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     distributed shared memory) on matrices of the narrower width classes: bit for bit the policy kernels'
     outputs, plain, silu(gate) * up, and scaled by each row's inv; one launch of a cluster form a call.  With
     PTI_WG_FIX=1, 33-64 rows of the narrow class take the fixup form (the 8 slices through global memory, the
-    unit's last CTA adding them), with 3 one twin's 17-32 rows take it with the epilogue shared by the unit's 8 CTAs
-    (m4_d8), launch after launch on the same counts (each launch must leave them zero).
+    unit's last CTA adding them), launch after launch on the same counts (each launch must leave them zero).
     Two twins at 9-16 rows a twin take the 16-row form in clusters of 4 (m2_c4, session 34): the narrow class's
     (PTI_WG_TWIN_FORMS=1, the default), the wide class's too (2), or neither (0); or the narrow class's clusters
     of 2 at one CTA a SM (m2_c2, 3)."""
@@ -666,16 +657,12 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
                 if not glu and not scaled:
                     for y, x, (q, d) in zip(got, xs, pairs):
                         check_close(y, x, q, d, k)
-    # the narrow class's fixup entries by their tiles ({"m8": "g8"} with PTI_WG_FIX=1; {"m4": "d8"} with 3, one twin)
-    fixed = {v[1].split("_")[0]: v[1].split("_")[1] for v in be.wg_table["n"] if v[6] and (twins == 1 or v[6] != 2)} \
-        if width_class(n / 16 / be.sm_count) == "n" else {}
-    tiles = lambda c: c.rsplit("_", 2)[-2]   # noqa: E731
-    assert len(calls) == launches and all(c.endswith(f"_{tiles(c)}_{fixed[tiles(c)]}") if tiles(c) in fixed else "_c" in c
-                                          for c in calls), calls
+    fix = bool(be.wg_table["n"][1][6]) and width_class(n / 16 / be.sm_count) == "n"   # the narrow class's 64-row entry
+    assert len(calls) == launches and all(c.endswith("_g8") if fix and "_m8_" in c else "_c" in c for c in calls), calls
     from pti_cli.backends.cuda import WG_TWIN_SETTINGS
     own = WG_TWIN_SETTINGS[twin_forms].get(width_class(n / 16 / be.sm_count)) if twins == 2 else None
     assert {c.rsplit("_", 2)[-2] + "_" + c.rsplit("_", 1)[-1] for c in calls if "_m2_c" in c} == ({own[1]} if own else set()), calls
-    assert any(tiles(c) in fixed for c in calls) == bool(fixed)
+    assert any(c.endswith("_g8") for c in calls) == bool(fix)
 
 
 @pytest.mark.parametrize("short_two", ["16", "32"])
