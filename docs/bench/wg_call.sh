@@ -52,6 +52,8 @@
 #     attn-ab      twins ab at 24 and 32 sequences with PTI_ATTN_TILES 0 / 1 / 0 / 1 (JSON "ab"; session 37 repeats its
 #              first call's A/B, whose logs were lost)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
+#     cluster-probe  scripts/cluster_probe.py: where the card puts the cluster forms' CTAs, by GPC (session 38, not run
+#              yet), its JSON in $OUT/cluster_probe.json
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -269,5 +271,8 @@ short-two)
   SYNTH_TWINS=ab SYNTH_SEQS=40,64 SYNTH_ENVS="PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32 PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32" synth_env ;;
 attn-ab)
   SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env ;;
+cluster-probe)
+  step "cluster placement probe"
+  timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1 ;;
 esac; done
 step done

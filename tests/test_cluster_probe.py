@@ -1,0 +1,53 @@
+"""scripts/cluster_probe.py's analysis (the GPU part runs on the card): the GPCs found from which SMs share a
+cluster, CTAs a SM over every SM, and working clusters a GPC, on made-up records of a card whose layout is known."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("cluster_probe", ROOT / "scripts" / "cluster_probe.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _card(rng: random.Random):
+    """A made-up card: 3 GPCs of 4, 6 and 5 SMs with shuffled SM numbers; clusters of 2 placed within one GPC."""
+    sms = list(range(15))
+    rng.shuffle(sms)
+    return [set(sms[:4]), set(sms[4:10]), set(sms[10:])]
+
+
+def test_groups_are_the_gpcs_when_clusters_cover_them():
+    cp, rng = _script(), random.Random()
+    gpcs = _card(rng)
+    records, cid = [], 0
+    for g in gpcs:   # clusters of 2 chaining each GPC's SMs (as a full launch would cover them)
+        ordered = sorted(g, key=lambda _: rng.random())
+        for a, b in zip(ordered, ordered[1:]):
+            records += [(a, cid, 0, cid), (b, cid, 1, cid)]
+            cid += 1
+    rng.shuffle(records)
+    assert sorted(map(sorted, cp.gpc_groups(records, 2))) == sorted(map(sorted, gpcs))
+    # without clusters nothing ties two SMs together
+    assert len(cp.gpc_groups(records, 1)) == 15
+
+
+def test_placement_and_working_clusters_per_gpc():
+    cp = _script()
+    groups = [{0, 1}, {2, 3}, {4, 5}]
+    # clusters of 2 on 6 SMs: tickets 0-2 in GPC 0 and 1 (three deep on SM 0), ticket 3 in GPC 2; SM 5 empty
+    records = [(0, 0, 0, 0), (0, 0, 1, 0), (0, 1, 0, 1), (1, 1, 1, 1), (2, 2, 0, 2), (3, 2, 1, 2),
+               (4, 3, 0, 3), (0, 3, 1, 3)]
+    p = cp.placement(records, 6)
+    assert p["histogram"] == {0: 1, 1: 4, 4: 1} and p["idle_sms"] == 1 and p["most"] == 4
+    assert abs(p["mean_over_most"] - 8 / 6 / 4) < 1e-12
+    w = cp.placement(records, 6, working=3)   # only tickets 0-2
+    assert w["histogram"] == {0: 2, 1: 3, 3: 1} and w["idle_sms"] == 2
+    assert cp.per_gpc(records, groups) == [2, 1, 1] and cp.per_gpc(records, groups, working=3) == [2, 1, 0]
