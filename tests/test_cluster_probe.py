@@ -3,18 +3,13 @@ cluster, CTAs a SM over every SM, and working clusters a GPC, on made-up records
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from script_helpers import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("cluster_probe", ROOT / "scripts" / "cluster_probe.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("cluster_probe")
 
 
 def _card(rng: random.Random):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -11,15 +10,12 @@ import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
+from script_helpers import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("gguf_first_layers", ROOT / "scripts" / "gguf_first_layers.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("gguf_first_layers")
 
 
 def _model(path: Path, layers: int, rng) -> None:
