@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import gguf
@@ -11,7 +10,6 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 from script_helpers import load_script
-
 
 
 def _script():
