@@ -24,9 +24,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# the forms' dynamic shared memory (pti_cli.backends.cuda.wg_smem of m4_c8, m8_c8 and m2_c4), each form's CTAs a SM
-SMEM = {"m4_c8": 67712, "m8_c8": 100480, "m2_c4": 59520}
-
 SRC = r'''
 typedef unsigned long long u64;
 __device__ __forceinline__ u64 now() { u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
@@ -109,6 +106,8 @@ def main() -> None:
 
     from pti_cli.backends import cuda
     from pti_cli.backends.compile import compile_nvrtc
+    # the forms' dynamic shared memory, which sets their CTAs a SM (m4_c8 three, m8_c8 two, m2_c4 three)
+    smem = {v[1]: cuda.wg_smem(*v[2:6]) for v in cuda.WG_VARIANTS["n"] + (cuda.WG_TWIN_FORM,)}
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write every configuration's records and summary here")
     args = ap.parse_args()
@@ -148,14 +147,14 @@ def main() -> None:
             raise SystemExit("cluster_probe: a CTA wrote no record")
         return [tuple(row) for row in r]
 
-    full = resident(8, SMEM["m4_c8"])
-    configs = [("m4_c8: 32 clusters of 8, 3 a SM", 32, 8, SMEM["m4_c8"], False, 0, None),
-               ("the same, policy spread", 32, 8, SMEM["m4_c8"], False, 1, None),
-               ("the same, policy load balancing", 32, 8, SMEM["m4_c8"], False, 2, None),
-               ("m8_c8: 32 clusters of 8, 2 a SM (30 fit)", 32, 8, SMEM["m8_c8"], False, 0, None),
-               ("m2_c4 (two twins): 64 clusters of 4", 64, 4, SMEM["m2_c4"], False, 0, None),
-               ("plain: 256 CTAs, 3 a SM (the fixup form)", 256, 1, SMEM["m4_c8"], False, 0, None),
-               (f"tickets: {full} clusters of 8 (all that fit), the first 32 working", full, 8, SMEM["m4_c8"], True, 0, 32)]
+    full = resident(8, smem["m4_c8"])
+    configs = [("m4_c8: 32 clusters of 8", 32, 8, smem["m4_c8"], False, 0, None),
+               ("the same, policy spread", 32, 8, smem["m4_c8"], False, 1, None),
+               ("the same, policy load balancing", 32, 8, smem["m4_c8"], False, 2, None),
+               (f"m8_c8: 32 clusters of 8 ({resident(8, smem['m8_c8'])} fit)", 32, 8, smem["m8_c8"], False, 0, None),
+               ("m2_c4 (two twins): 64 clusters of 4", 64, 4, smem["m2_c4"], False, 0, None),
+               ("plain: 256 CTAs at m4_c8's shared memory (the fixup form)", 256, 1, smem["m4_c8"], False, 0, None),
+               (f"tickets: {full} clusters of 8 (all that fit), the first 32 working", full, 8, smem["m4_c8"], True, 0, 32)]
     runs = [(name, launch(n, c, smem, tickets, policy), c, working) for name, n, c, smem, tickets, policy, working in configs]
     groups = gpc_groups([r for _, recs, c, _ in runs if c == 8 for r in recs], 8)
     print(f"{torch.cuda.get_device_name(0)}: {sms} SMs; {full} clusters of 8 fit at m4_c8's shared memory; SM groups "

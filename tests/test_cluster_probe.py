@@ -13,7 +13,7 @@ def _script():
 
 
 def _card(rng: random.Random):
-    """A made-up card: 3 GPCs of 4, 6 and 5 SMs with shuffled SM numbers; clusters of 2 placed within one GPC."""
+    """A made-up card's GPCs: 3, of 4, 6 and 5 SMs, with shuffled SM numbers."""
     sms = list(range(15))
     rng.shuffle(sms)
     return [set(sms[:4]), set(sms[4:10]), set(sms[10:])]
