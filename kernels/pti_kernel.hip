@@ -1005,6 +1005,8 @@ struct PtiWgArgs {
     // count of CTAs done (zero between launches: the unit's last CTA sets it back).
     float* fixp[2];
     unsigned* fixc[2];
+    // A launch split in two (the rest form, launch_wg; docs/perf.md, session 39): this launch's first unit.
+    int unit0;
 };
 // C > 1 (the cluster form, for matrices too narrow to fill the card with one CTA a unit): a cluster of C
 // CTAs takes a unit, rank r the slices r, r + C, ... (SPC = 8 / C of them, each from the same ring layout),
@@ -1015,8 +1017,12 @@ struct PtiWgArgs {
 // memory (a.fixp) and counts itself done (a.fixc); the unit's last CTA adds the 8 slices in slice order into
 // C = 1's running sums and writes the whole unit, as C = 1 does.  Why: a cluster of 8 must sit in one GPC, so the H200 holds 30 of
 // them at two CTAs a SM (240 of 264 CTA slots), and a matrix of 32 units (4096 rows) ran in two waves;
-// without clusters its 256 CTAs are one wave (docs/perf.md, session 31).
-template <int TIN, int TOUT, int MT, int PB, int S, int C = 1, bool G = false>
+// without clusters its 256 CTAs are one wave (docs/perf.md, session 31).  G = 2 (sessions 38-39): every CTA
+// parks its slice and counts itself in (a.fixc[2 unit]), waits until the unit's 8 have, then writes its share of
+// the elements as the cluster form's rank does, reading the 8 slices from L2 in slice order; the last CTA to count
+// itself out (a.fixc[2 unit + 1]) sets both counts back.  The wait needs the unit's 8 CTAs resident together: the
+// host launches it only for the few units a split launch leaves to the card's free CTA slots (launch_wg).
+template <int TIN, int TOUT, int MT, int PB, int S, int C = 1, int G = 0>
 __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     constexpr int NR = 8 * MT, ND = NR / 2, T = 256, R = 8, SPC = 8 / C;
     constexpr int PHASE = PB * NR * 64, WB = R * 512, SB = R * 32, WSTAGE = PB * (WB + SB), SLOT = WSTAGE + PHASE;
@@ -1027,9 +1033,15 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // (selects, not a.q[twin]: an indexed parameter array is copied to local memory)
     const int M = twin ? a.M[1] : a.M[0], nb = a.nb;
     const float* pin = twin ? a.pin[1] : a.pin[0];
+    // The rest form (bits 3 and 4 of a.h16): a launch of the resident clusters (bit 3) lets the launch after it
+    // (bit 4, the units left over, in the free CTA slots) start only once every CTA is past its wait, so the
+    // previous grid has completed and its writes are visible: the rest reads its inputs without a wait of its
+    // own, and waits for the clusters' launch before it ends, so that the launch after both sees both.
+    const bool late = (a.h16 & 8) != 0, rest = (a.h16 & 16) != 0;
     if ((int)blockIdx.x < a.n_inv) {   // an inv CTA: rows 8 blockIdx.x .. + 7, a warp a row
-        pti_pdl_trigger();
+        if (!late) pti_pdl_trigger();
         pti_pdl_wait();
+        if (late) pti_pdl_trigger();
         const int row = blockIdx.x * 8 + warp;
         if (row < M) {
             const float v = pti_row_inv(pin + (pti_u64)row * a.ng, a.ng, 32 * nb, a.eps, lane);
@@ -1038,7 +1050,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         return;
     }
     const int bx = blockIdx.x - a.n_inv;   // (n_inv a multiple of C: bx's rank is the cluster's)
-    const int unit = C == 1 ? bx : bx / C, rank = C == 1 ? 0 : bx % C;
+    const int unit = a.unit0 + (C == 1 ? bx : bx / C), rank = C == 1 ? 0 : bx % C;
     const int nst = C == 1 ? nb / PB : SPC * (nb / 8) / PB, nphs = nst / SPC;
     // this CTA's first slice (rank): its blocks from (unit nb + rank nb / 8), its tiles from rank nb / 8
     const pti_u64 first = (pti_u64)rank * (nb / 8);
@@ -1070,9 +1082,10 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         for (int i = 0; i < min(S, nst); ++i) fill(i, i, 1);   // the weights need not wait for the previous kernel
     }
     __syncthreads();
-    pti_pdl_trigger();
+    if (!late) pti_pdl_trigger();
     const PtiCvt k = pti_cvt_masks<TIN>(0u);
-    pti_pdl_wait();
+    if (!rest) pti_pdl_wait();
+    if (late) pti_pdl_trigger();
     if (tid == 0)   // the tiles must (their bytes are already in the barriers' counts)
         for (int i = 0; i < min(S, nst); ++i) fill(i, i, 2);
 
@@ -1136,7 +1149,15 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // G: this slice's sums out, then only the unit's last CTA goes on (the threadFenceReduction pattern:
     // every thread's stores fenced before one thread counts the CTA done)
     const float* fixu = G ? (twin ? a.fixp[1] : a.fixp[0]) + (pti_u64)unit * 8 * ND * T : nullptr;
-    if (G) {
+    unsigned* const fixn = G == 2 ? (twin ? a.fixc[1] : a.fixc[0]) + 2 * unit : nullptr;
+    if (G == 2) {   // this slice's sums out, fenced, then counted in (a release: the fence before the count)
+#pragma unroll
+        for (int i = 0; i < ND; ++i) __stcg((float*)fixu + ((pti_u64)rank * ND + i) * T + tid, acc[i]);
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) atomicAdd(fixn, 1u);
+    }
+    if (G == 1) {
         __shared__ int last;
 #pragma unroll
         for (int i = 0; i < ND; ++i) __stcg((float*)fixu + ((pti_u64)rank * ND + i) * T + tid, acc[i]);
@@ -1192,8 +1213,16 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
     // element e's finished sum: this thread's own (C == 1) or the 8 slices' in slice order (C > 1)
     // (plain lambdas: NVRTC 13.0, the H200 image's, refuses a generic one in device code)
     auto sum = [&](int e) -> float {
-        if (C == 1 || G) return run[e * T + tid];
+        if (C == 1 || G == 1) return run[e * T + tid];
         float v = 0.f;
+        if (G == 2) {
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                const float pv = __ldcg(fixu + ((pti_u64)r * ND + e) * T + tid);
+                v = r == 0 ? pv : __fadd_rn(v, pv);
+            }
+            return v;
+        }
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
             unsigned ra;
@@ -1252,7 +1281,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         if (TOUT != 0 || !po) return;
         __syncwarp();
         for (int m = lane; m < M; m += 32) {
-            if (C > 1 && !G && ((m >> 3) * 2 + (m & 1)) / (ND / 2 / C) != rank) continue;
+            if (C > 1 && G != 1 && ((m >> 3) * 2 + (m & 1)) / (ND / 2 / C) != rank) continue;
             const float* e = res_s + m * 16;
             float p = 0.f;
 #pragma unroll
@@ -1260,7 +1289,7 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
             po[(pti_u64)m * (a.N >> 4) + rg] = p;
         }
     };
-    if (C == 1 || G) {
+    if (C == 1 || G == 1) {
         float xv[ND];
 #pragma unroll
         for (int i = 0; i < ND; ++i) xv[i] = x_in(i);
@@ -1278,7 +1307,18 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         xv[2 * p] = x_in(i);
         xv[2 * p + 1] = x_in(i + 2);
     }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (G == 2) {   // the unit's 8 slices parked: thread 0 acquires the count, the CTA barrier passes it on
+        if (tid == 0) {
+            unsigned n;
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(n) : "l"(fixn) : "memory");
+            } while (n < 8u);
+        }
+        __syncthreads();
+        __threadfence();
+    } else {
+        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    }
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
         const int pr = rank * NP + p, i = (pr >> 1) * 4 + (pr & 1);
@@ -1286,7 +1326,16 @@ __device__ __forceinline__ void pti_wg_mm(const PtiWgArgs& a) {
         if (TOUT != 2) out(i + 2, xv[2 * p + 1]);
     }
     partials();
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+    if (G == 2) {   // every read of the slices has returned (its value stored): count out; the last sets both back
+        __syncthreads();
+        if (tid == 0 && atomicAdd(fixn + 1, 1u) == 7u) {
+            fixn[0] = 0u;
+            fixn[1] = 0u;
+        }
+        if (rest) pti_pdl_wait();   // the clusters' launch before it done: the launch after may read both
+    } else {
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+    }
 }
 
 // The activations of one or two twins (blockIdx.y) in the tile layout pti_wg_mm reads: nb tiles of
@@ -1333,7 +1382,8 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
 // scripts/wgmma_probe.py (docs/perf.md, sessions 26-27: on 28672x4096 m4_w2_b4_r3_o2_c1_x1 and
 // m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices: m4_w2_b4_r3_o2_c4_x1,
 // m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in the fixup form (G)
-// instead of a cluster.  m2_c4: two twins of the narrow class at 9-16 rows a twin, clusters of 4 at three CTAs a
+// instead of a cluster; m8_d8: m8_c8's loop in the fixup form whose 8 CTAs share the epilogue (G = 2), for the
+// units of a 64-row launch left over after the card's resident clusters (the rest form, session 39).  m2_c4: two twins of the narrow class at 9-16 rows a twin, clusters of 4 at three CTAs a
 // SM (PB 2), so that a 4096-row matrix's 64 clusters fit one wave (session 34); m2_c2 (A/B): clusters of 2 whose
 // shared memory (119 KB) holds them to one CTA a SM, so that they cannot pile up on some SMs.
 #define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G)                                                        \
@@ -1343,10 +1393,10 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
         int h16, const float* pa, const float* pb, int ng, float eps, int n_inv, unsigned short* uoa,    \
         unsigned short* uob, float* poa, float* pob, const float* ga, const float* gb, float* ioa,       \
         float* iob, unsigned short* toa, unsigned short* tob, int tnr, float* fpa, float* fpb,           \
-        unsigned* fca, unsigned* fcb) {                                                                  \
+        unsigned* fca, unsigned* fcb, int unit0) {                                                       \
         const PtiWgArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {ia, ib}, {Ma, Mb}, N, nb, ldy, h16, \
                              {pa, pb}, ng, eps, n_inv, {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob},     \
-                             {toa, tob}, tnr, {fpa, fpb}, {fca, fcb}};                                   \
+                             {toa, tob}, tnr, {fpa, fpb}, {fca, fcb}, unit0};                            \
         pti_wg_mm<TIN, TOUT, MT, PB, S, C, G>(a);                                                       \
     }
 #define PTI_WG_OUTS(TY, TIN, SUFFIX, MT, PB, S, C, G)                    \
@@ -1361,6 +1411,7 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     PTI_WG_OUTS(TY, TIN, m4_c8, 4, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1)       \
+    PTI_WG_OUTS(TY, TIN, m8_d8, 8, 2, 4, 8, 2)       \
     PTI_WG_OUTS(TY, TIN, m2_c4, 2, 2, 4, 4, 0)       \
     PTI_WG_OUTS(TY, TIN, m2_c2, 2, 4, 4, 2, 0)
 PTI_WG_ALL(bf16, 0)

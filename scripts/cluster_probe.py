@@ -90,6 +90,12 @@ def placement(records: list[tuple[int, int, int, int]], sm_count: int, working: 
             "idle_sms": counts.count(0), "most": most}
 
 
+def pooled(runs: list[list[tuple[int, int, int, int]]]) -> list[tuple[int, int, int, int]]:
+    """Several launches' records as one list, each launch's cluster indices made distinct: the same index in two
+    launches is two clusters (pooled as they were, session 39's first run on the card joined every GPC into one)."""
+    return [(sm, (i << 20) + cid, rank, t) for i, recs in enumerate(runs) for sm, cid, rank, t in recs]
+
+
 def per_gpc(records: list[tuple[int, int, int, int]], groups: list[set[int]], working: int | None = None) -> list[int]:
     """Working clusters (rank 0's SM) in each group of gpc_groups."""
     where = {sm: i for i, g in enumerate(groups) for sm in g}
@@ -106,6 +112,7 @@ def main() -> None:
 
     from pti_cli.backends import cuda
     from pti_cli.backends.compile import compile_nvrtc
+    from pti_cli.errors import PtiError
     # the forms' dynamic shared memory, which sets their CTAs a SM (m4_c8 three, m8_c8 two, m2_c4 three)
     smem = {v[1]: cuda.wg_smem(*v[2:6]) for v in cuda.WG_VARIANTS["n"] + (cuda.WG_TWIN_FORM,)}
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -134,11 +141,14 @@ def main() -> None:
         cfg = cuda.launch_config(driver, (ctas,), (256,), smem, torch.cuda.current_stream().cuda_stream, False,
                                  c if c > 1 else 0)
         if policy:   # CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE (1 spread, 2 load balancing)
+            dim = driver.CUlaunchAttribute()
+            dim.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            dim.value.clusterDim.x, dim.value.clusterDim.y, dim.value.clusterDim.z = c, 1, 1
             attr = driver.CUlaunchAttribute()
             attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
             attr.value.clusterSchedulingPolicyPreference = driver.CUclusterSchedulingPolicy(policy)
-            cfg.attrs = list(cfg.attrs[:cfg.numAttrs]) + [attr]
-            cfg.numAttrs += 1
+            cfg.attrs = [dim, attr]
+            cfg.numAttrs = 2
         args = ((rec.data_ptr(), tick.data_ptr() if tickets else 0, 200_000), (P, P, U))
         cuda._cu(driver.cuLaunchKernelEx(cfg, f, args, 0), "launch place")
         torch.cuda.synchronize()
@@ -155,8 +165,14 @@ def main() -> None:
                ("m2_c4 (two twins): 64 clusters of 4", 64, 4, smem["m2_c4"], False, 0, None),
                ("plain: 256 CTAs at m4_c8's shared memory (the fixup form)", 256, 1, smem["m4_c8"], False, 0, None),
                (f"tickets: {full} clusters of 8 (all that fit), the first 32 working", full, 8, smem["m4_c8"], True, 0, 32)]
-    runs = [(name, launch(n, c, smem, tickets, policy), c, working) for name, n, c, smem, tickets, policy, working in configs]
-    groups = gpc_groups([r for _, recs, c, _ in runs if c == 8 for r in recs], 8)
+    print(f"{full} clusters of 8 fit at m4_c8's shared memory ({smem['m4_c8']} bytes)", flush=True)
+    runs = []
+    for name, n, c, sm_bytes, tickets, policy, working in configs:
+        try:   # one configuration's failure (a launch attribute this driver refuses) does not lose the others
+            runs.append((name, launch(n, c, sm_bytes, tickets, policy), c, working))
+        except PtiError as e:
+            print(f"  {name}: {e}", flush=True)
+    groups = gpc_groups(pooled([recs for _, recs, c, _ in runs if c == 8]), 8)
     print(f"{torch.cuda.get_device_name(0)}: {sms} SMs; {full} clusters of 8 fit at m4_c8's shared memory; SM groups "
           f"sharing clusters (GPCs): {len(groups)}, of {sorted(len(g) for g in groups)} SMs")
     out = {"device": torch.cuda.get_device_name(0), "sms": sms, "resident_c8": full, "groups": [sorted(g) for g in groups],

@@ -46,3 +46,18 @@ def test_placement_and_working_clusters_per_gpc():
     w = cp.placement(records, 6, working=3)   # only tickets 0-2
     assert w["histogram"] == {0: 2, 1: 3, 3: 1} and w["idle_sms"] == 2
     assert cp.per_gpc(records, groups) == [2, 1, 1] and cp.per_gpc(records, groups, working=3) == [2, 1, 0]
+
+
+def test_pooled_launches_keep_their_clusters_apart():
+    """Two launches each number their clusters from 0: pooled as they are, cluster 0 of one launch (GPC 0) and of
+    the other (GPC 1) would join the two GPCs; pooled() keeps them apart, and the groups are still the GPCs."""
+    cp, rng = _script(), random.Random()
+    gpcs = [{0, 1, 2}, {3, 4, 5}]
+    launches = []
+    for first in (0, 1):   # launch i: cluster 0 in GPC i, cluster 1 in the other, each over all of its GPC's SMs
+        recs = []
+        for cid, g in enumerate((gpcs[first], gpcs[1 - first])):
+            recs += [(sm, cid, r, cid) for r, sm in enumerate(sorted(g, key=lambda _: rng.random()))]
+        launches.append(recs)
+    assert len(cp.gpc_groups([r for recs in launches for r in recs], 3)) == 1   # the collision
+    assert sorted(map(sorted, cp.gpc_groups(cp.pooled(launches), 3))) == sorted(map(sorted, gpcs))

@@ -381,7 +381,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
     name says."""
     import re
     from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
+    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_REST, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
     src = kernel_source()
     guard = src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
     assert "pti_wg_mm<" not in src[:guard]
@@ -391,7 +391,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
     assert outs == [(o, str(i)) for i, o in enumerate(WG_OUTS)] and wg_name("h16", "glu", "m4") == "pti_wg_f16_glu_m4"
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_WG_OUTS\(TY, TIN, (\w+), ([\d, ]+)\)", guarded)}
-    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX,)}
+    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX, WG_REST)}
     twin_entries = {v[1]: v[2:] for vs in WG_TWIN_VARIANTS.values() for v in vs}
     assert not set(twin_entries) & set(entries) and inst == {**entries, **twin_entries}
     # two twins' own forms: 16-row cluster forms of the narrower classes, ahead of their classes' own entries
@@ -400,6 +400,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
         assert [v[0] for v in vs] == ([16] if cls == "x" else []) + [32, 64] and all(8 % v[5] == 0 for v in vs), cls
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
     assert WG_FIX[5:] == (8, 1) and WG_FIX[2:5] == dict((v[1], v[2:5]) for v in WG_VARIANTS["n"])["m8_c8"]
+    assert WG_REST[5:] == (8, 2) and WG_REST[2:5] == WG_FIX[2:5]   # the rest form: m8_c8's loop, the epilogue shared
 
 
 def test_launch_config_sets_grid_pdl_and_cluster():
@@ -805,11 +806,45 @@ def test_hopper_fixup_form_setting_and_buffers(monkeypatch):
     be.device, be._fix = torch.device("cpu"), {}
     assert be._wg_fixup(32, 64, 2, 0) == (0,) * 4 and not be._fix
     fpa, fpb, fca, fcb = be._wg_fixup(32, 64, 2, 1)
-    fp, fc = be._fix[(32, 64)]
+    fp, fc = be._fix[(32, 64, 1)]
     per = 32 * 8 * 32 * THREADS
     assert fp.numel() == 2 * per and fp.dtype == torch.float32 and (fpa, fpb) == (fp.data_ptr(), fp.data_ptr() + 4 * per)
     assert fc.numel() == 64 and not fc.any() and (fca, fcb) == (fc.data_ptr(), fc.data_ptr() + 4 * 32)
     assert be._wg_fixup(32, 64, 1, 1) == (fpa, fpa, fca, fca) and len(be._fix) == 1   # one twin: A's, reused
+    fpa, fpb, fca, fcb = be._wg_fixup(32, 64, 2, 2)   # the shared-epilogue form (G = 2): two counts a unit, its own
+    fp, fc = be._fix[(32, 64, 2)]
+    assert fc.numel() == 2 * 64 and not fc.any() and (fca, fcb) == (fc.data_ptr(), fc.data_ptr() + 4 * 64)
+    assert fp.numel() == 2 * per and len(be._fix) == 2
+
+
+def test_hopper_rest_form_split_rule(monkeypatch):
+    """PTI_WG_REST=1 (the default since session 39) splits a 64-row launch of one twin of m8_c8 whose units outnumber the
+    clusters the card holds: the units past them go to m8_d8 when their CTAs fit the slots the clusters leave
+    free; never for two twins, with inv CTAs, for another form, or with the setting off; a clear error for
+    anything but 0 or 1."""
+    from pti_cli.backends.cuda import WG_REST, CudaBackend, wg_rest_setting
+    from pti_cli.errors import PtiError
+    be = object.__new__(CudaBackend)
+    c8, d8 = "pti_wg_bf16_f32_m8_c8", "pti_wg_bf16_f32_" + WG_REST[1]
+    be.sm_count, be.wg_resident, be.wg_a_sm = 132, {c8: 30}, {c8: 2, d8: 2}   # the H200's (session 39)
+    monkeypatch.setenv("PTI_WG_REST", "0")
+    be.wg_rest = wg_rest_setting()
+    assert not be.wg_rest and be.wg_rest_units(c8, 32, 1, 0) == 0
+    monkeypatch.delenv("PTI_WG_REST")                 # the default: on
+    assert be.wg_rest_units(c8, 32, 1, 0) == 0        # read when the kernels load, not at each launch
+    be.wg_rest = wg_rest_setting()
+    assert be.wg_rest_units(c8, 32, 1, 0) == 2        # 240 CTAs in clusters, 16 in the 24 free slots
+    assert be.wg_rest_units(c8, 33, 1, 0) == 3        # 24 CTAs: exactly the free slots
+    assert be.wg_rest_units(c8, 34, 1, 0) == 0        # 32 CTAs do not fit beside the clusters: one launch
+    assert be.wg_rest_units(c8, 30, 1, 0) == 0        # every unit resident: one launch
+    assert be.wg_rest_units(c8, 32, 2, 0) == 0        # two twins
+    assert be.wg_rest_units(c8, 32, 1, 8) == 0        # inv CTAs
+    assert be.wg_rest_units("pti_wg_bf16_f32_m4_c8", 32, 1, 0) == 0
+    be.wg_a_sm = {c8: 2}                              # the rest form not loaded
+    assert be.wg_rest_units(c8, 32, 1, 0) == 0
+    monkeypatch.setenv("PTI_WG_REST", "yes")
+    with pytest.raises(PtiError, match="PTI_WG_REST"):
+        wg_rest_setting()
 
 
 def test_hopper_x_first_setting(monkeypatch):

@@ -54,6 +54,11 @@
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 #     cluster-probe  scripts/cluster_probe.py: where the card puts the cluster forms' CTAs, by GPC (session 38, not run
 #              yet), its JSON in $OUT/cluster_probe.json
+#     rest         session 39's rest form (PTI_WG_REST=1: a 64-row launch of one twin of a 4096-row matrix as the resident
+#              clusters plus the units left over in m8_d8, alongside): its GPU tests (gtest rest), then the kernel table
+#              of 4096x4096 and 4096x14336 at 1, 32 and 64 rows (q8, PTI_WG_NARROW=REST_NARROW, default 1) under each
+#              setting of REST_CFGS (default REST 0 / 1 / 0 / 1); or one part: rest-test, rest-table; rest-synth: one
+#              model at 48 and 64 sequences with PTI_WG_REST 0 / 1 / 0 / 1 (JSON "a")
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -156,6 +161,17 @@ synth-sum)
   done ;;
 synth-env)
   synth_env ;;
+rest|rest-test)
+  gtest "rest" ;;&
+rest|rest-table)
+  i=0
+  for cfg in ${REST_CFGS:-PTI_WG_REST=0 PTI_WG_REST=1 PTI_WG_REST=0 PTI_WG_REST=1}; do
+    i=$((i + 1))
+    step "kernel table 4096x4096,4096x14336 rows 1,32,64 q8 PTI_WG_NARROW=${REST_NARROW:-1} $cfg"
+    ( export PTI_WG_NARROW=${REST_NARROW:-1} ${cfg//,/ }; ktable "$OUT/kernels_rest_${cfg//[^A-Za-z0-9]/_}_$i.json" 4096x4096,4096x14336 1,32,64 q8 )
+  done ;;
+rest-synth)
+  SYNTH_SEQS=${SYNTH_SEQS:-48,64} SYNTH_TWINS=a SYNTH_ENVS=${SYNTH_ENVS:-"PTI_WG_REST=0 PTI_WG_REST=1 PTI_WG_REST=0 PTI_WG_REST=1"} synth_env ;;
 timeline)
   for cfg in ${TIMELINE_ENVS:-PTI_WG_TWIN_FORMS=1}; do
     step "pass_timeline 8b ${TIMELINE_SEQS:-32} ${TIMELINE_TWINS:-ab} $cfg"

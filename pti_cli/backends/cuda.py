@@ -79,6 +79,14 @@ WG_VARIANTS = {"x": ((16, "m2", 2, 4, 3, 1, 0), (32, "m4", 4, 4, 3, 1, 0), (64, 
 # PTI_WG_FIX=1 gives the narrow class's 64-row entry to it (wg_variants): up to 41 units, about one wave of
 # CTAs; the wide class has more units than one wave holds either way.
 WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
+# The rest form (PTI_WG_REST, session 39): a 64-row launch of one twin of the narrow class whose units outnumber the
+# clusters of 8 the card holds at once (a 4096-row matrix's 32 units against 30 clusters: session 31's second wave)
+# runs as two launches.  The first takes as many units as clusters fit (m8_c8); the second, the units left over, in
+# m8_c8's loop without a cluster whose 8 CTAs a unit share the epilogue through L2 (G = 2), in the CTA slots the
+# clusters leave free, alongside them.  Same bits: each unit's 8 slices added in slice order either way.  On the H200
+# (30 clusters + 2 units): 4096x14336 at 64 rows on tiles given 37.8 -> 27.4 us, 4096x4096 15.3 -> 13.0; one model
+# +4.1% at 48 sequences and +4.0% at 64 (docs/perf.md, session 39).
+WG_REST = (64, "m8_d8", 8, 2, 4, 8, 2)
 # Two twins at 9-16 rows a twin of the narrow class (down): clusters of 4 (two slices a CTA, 16 tile rows) at three
 # CTAs a SM (PB 2), so that a 4096-row matrix's 64 clusters (32 units a twin) fit one wave, where m4_c8's 64
 # clusters of 8 ran in 1.4 waves (the card holds 92 clusters of 4 at three CTAs a SM, 45 of 8: docs/perf.md,
@@ -104,6 +112,15 @@ def wg_twin_forms() -> dict:
     if v not in WG_TWIN_SETTINGS:
         raise PtiError(f"PTI_WG_TWIN_FORMS must be 0, 1, 2 or 3, not {v!r}")
     return WG_TWIN_SETTINGS[v]
+
+
+def wg_rest_setting() -> bool:
+    """PTI_WG_REST (default 1): split a 64-row launch of one twin of the narrow class whose units do not all fit the
+    card as clusters (WG_REST, CudaBackend.wg_rest_units); 0: one launch, two waves (session 38's path, for A/B runs)."""
+    v = os.environ.get("PTI_WG_REST", "1")
+    if v not in ("0", "1"):
+        raise PtiError(f"PTI_WG_REST must be 0 or 1, not {v!r}")
+    return v == "1"
 
 
 def wg_x_first() -> bool:
@@ -429,7 +446,10 @@ class KernelBackend(Backend):
         self._tiles: dict[int, torch.Tensor] = {}   # their activation tiles by blocks a row (launch_wg): kept
                                                      # for good, since captured graphs hold their address
         self.wg_table = WG_VARIANTS   # their forms (wg_variants: PTI_WG_FIX)
-        self._fix: dict[tuple, tuple] = {}   # the fixup form's sums and counts by (units, rows) (_wg_fixup), as _tiles
+        self._fix: dict[tuple, tuple] = {}   # the fixup forms' sums and counts by (units, rows, G) (_wg_fixup), as _tiles
+        self.wg_resident: dict[str, int] = {}   # a cluster form's clusters the card holds at once (its own shared memory)
+        self.wg_a_sm: dict[str, int] = {}   # a Hopper kernel's CTAs a SM at its own shared memory
+        self.wg_rest = False   # 64-row launches split by the rest form (wg_rest_setting, read when the kernels load)
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -537,6 +557,17 @@ class KernelBackend(Backend):
             forms = (own,) + forms
         _, suffix, mt, _, _, c, fix = next(v for v in forms if m <= v[0] and (m2_ok or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
+
+    def wg_rest_units(self, name: str, units: int, twins: int, n_inv: int) -> int:
+        """How many of a launch's `units` go to the rest form's second launch (WG_REST): those past the clusters of
+        m8_c8 that the card holds at once, where their CTAs fit the slots the clusters leave free; 0: one launch.
+        Only one twin without inv CTAs (whole clusters of their own), on a backend loaded under PTI_WG_REST=1."""
+        rest_name = name[:-len("m8_c8")] + WG_REST[1]
+        if not (self.wg_rest and twins == 1 and n_inv == 0 and name.endswith("_m8_c8") and rest_name in self.wg_a_sm):
+            return 0
+        fit = self.wg_resident.get(name, 0)
+        free = self.wg_a_sm[rest_name] * self.sm_count - WG_REST[5] * fit
+        return units - fit if 0 < units - fit and WG_REST[5] * (units - fit) <= free else 0
 
     def wg_launch_smem(self, name: str, ctas: int) -> int:
         """The dynamic shared memory of a launch of `ctas` CTAs of Hopper kernel `name`: a form without clusters
@@ -887,8 +918,10 @@ class CudaBackend(KernelBackend):
         card with less shared memory) is left to the policy kernels."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
         classes, self.wg_min_k, self.wg_table = wg_classes_wanted(), wg_min_k_wanted(), wg_variants()
+        self.wg_rest = wg_rest_setting()
         for cls in classes:
-            for _, suffix, mt, pb, slots, c, _ in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()):
+            rest = (WG_REST,) if cls == "n" and self.wg_rest else ()
+            for _, suffix, mt, pb, slots, c, _ in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()) + rest:
                 for n in (wg_name(t, o, suffix) for t in ("bf16", "f16") for o in WG_OUTS):
                     if n in self.wg_funcs:   # (a form two classes share)
                         continue
@@ -898,7 +931,10 @@ class CudaBackend(KernelBackend):
                                                   max(self.smem[n], WG_SMEM_TWO)), f"shared memory of {n}")
                     set_carveout(driver, f, 100, n)
                     occupancy = lambda b: _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, b), f"occupancy {n}")
-                    ctas_a_sm = occupancy(self.smem[n])
+                    ctas_a_sm = self.wg_a_sm[n] = occupancy(self.smem[n])
+                    if c > 1:   # (cuOccupancyMaxActiveClusters: a cluster sits in one GPC, so fewer than the SMs say)
+                        cfg = launch_config(driver, (8 * c,), (THREADS,), self.smem[n], 0, False, c)
+                        self.wg_resident[n] = _cu(driver.cuOccupancyMaxActiveClusters(f, cfg), f"resident clusters {n}")
                     if ctas_a_sm < (1 if suffix == WG_TWIN_FORM_C2[1] else 2):   # (m2_c2: one a SM by design)
                         return
                     # (not a cluster form: m4_c8 fits 45 clusters of 8 at three CTAs a SM, 30 at two, session 32;
@@ -949,30 +985,38 @@ class CudaBackend(KernelBackend):
             two([y.data_ptr() for y in ys])
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
         h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16") | 4 * wg_x_first()   # as Epilogue.args
-        outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, max(ma, mb)) + self._wg_fixup(g // RING_GROUPS, nr, len(xs), fix)
-        ctas = g // RING_GROUPS * c + n_inv
-        launch_kernel(self._drv, self.wg_funcs[name], (ctas, len(xs)), (THREADS,), self.wg_launch_smem(name, ctas * len(xs)),
-                      stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16,
-                                pa, pb, epi.ng if pa else 0, float(epi.eps) if pa else 0.0, n_inv) + outs,
-                               (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
-                               + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)
-                               + (ctypes.c_void_p,) * 4),
-                      self.pdl, f"launch {name}", cluster=c if c > 1 and not fix else 0)
+        units = g // RING_GROUPS
+        rest = self.wg_rest_units(name, units, len(xs), n_inv)
+        # (name, first unit, units, G, h16's split bits: 8 the clusters' launch, 16 the rest after it)
+        parts = [(name, 0, units - rest, fix, 8 if rest else 0)]
+        if rest:
+            parts.append((name[:-len("m8_c8")] + WG_REST[1], units - rest, rest, WG_REST[6], 16))
+        for part, unit0, n_units, g_form, split in parts:
+            outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, max(ma, mb)) + self._wg_fixup(units, nr, len(xs), g_form)
+            ctas = n_units * c + (n_inv if unit0 == 0 else 0)
+            launch_kernel(self._drv, self.wg_funcs[part], (ctas, len(xs)), (THREADS,), self.wg_launch_smem(part, ctas * len(xs)),
+                          stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16 | split,
+                                    pa, pb, epi.ng if pa else 0, float(epi.eps) if pa else 0.0, n_inv if unit0 == 0 else 0)
+                                   + outs + (unit0,),
+                                   (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
+                                   + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)
+                                   + (ctypes.c_void_p,) * 4 + (ctypes.c_int,)),
+                          self.pdl, f"launch {part}", cluster=c if c > 1 and not g_form else 0)
         return name
 
     def _wg_fixup(self, units: int, nr: int, twins: int, fix: int) -> tuple:
         """The fixup form's arguments (PtiWgArgs.fixp, fixc, per twin): room for each CTA's slice sums
-        ([unit][8 slices][nr / 2 elements][THREADS]) and each unit's count, zero (the kernel sets it back after
-        each launch).  Kept per shape, for every later launch and graph; launches of one backend are ordered
-        on its stream, so they can share them."""
+        ([unit][8 slices][nr / 2 elements][THREADS]) and each unit's count (G = 2: two, in and out), zero (the
+        kernel sets them back after each launch).  Kept per shape and form, for every later launch and graph;
+        launches of one backend are ordered on its stream, so they can share them."""
         if not fix:
             return (0,) * 4
-        per = units * 8 * (nr // 2) * THREADS
-        if (units, nr) not in self._fix:
-            self._fix[(units, nr)] = (torch.empty(2 * per, dtype=torch.float32, device=self.device),
-                                      torch.zeros(2 * units, dtype=torch.int32, device=self.device))
-        fp, fc = self._fix[(units, nr)]
-        return (fp.data_ptr(), fp.data_ptr() + 4 * per * (twins - 1), fc.data_ptr(), fc.data_ptr() + 4 * units * (twins - 1))
+        per, counts = units * 8 * (nr // 2) * THREADS, units * fix
+        if (units, nr, fix) not in self._fix:
+            self._fix[(units, nr, fix)] = (torch.empty(2 * per, dtype=torch.float32, device=self.device),
+                                           torch.zeros(2 * counts, dtype=torch.int32, device=self.device))
+        fp, fc = self._fix[(units, nr, fix)]
+        return (fp.data_ptr(), fp.data_ptr() + 4 * per * (twins - 1), fc.data_ptr(), fc.data_ptr() + 4 * counts * (twins - 1))
 
     @staticmethod
     def _wg_outs(epi: Epilogue | None, live: list[int], rows: int, glu: bool, ys: list[torch.Tensor], m: int) -> tuple:

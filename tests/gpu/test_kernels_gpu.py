@@ -327,7 +327,8 @@ def policy_backend():
 
 @pytest.fixture(scope="module")
 def wg_narrow_backend():
-    """A backend with the Hopper kernels' cluster forms for the narrower matrices too (PTI_WG_NARROW=1)."""
+    """A backend with the Hopper kernels' cluster forms for the narrower matrices too (PTI_WG_NARROW=1), the rest
+    form off."""
     return backend_with_wgmma("1", "1")
 
 
@@ -337,10 +338,19 @@ def wg_fix_backend():
     return backend_with_wgmma("1", "1", "1")
 
 
-@pytest.fixture(params=["cluster", "fixup"])
-def narrow_backend(request, wg_narrow_backend, wg_fix_backend):
-    """The narrower matrices' Hopper forms: the clusters', and the fixup form at 33-64 rows."""
-    return wg_narrow_backend if request.param == "cluster" else wg_fix_backend
+@pytest.fixture(scope="module")
+def wg_rest_backend():
+    """The cluster forms with one twin's 64-row launches of 4096-row matrices split by the rest form (PTI_WG_REST=1,
+    the default since session 39: the units past the card's resident clusters in m8_d8, alongside them).  The
+    cluster and fixup backends here leave it off (backend_with_wgmma), so each form is tested alone."""
+    return backend_with_wgmma("1", "1", "0", "1")
+
+
+@pytest.fixture(params=["cluster", "fixup", "rest"])
+def narrow_backend(request, wg_narrow_backend, wg_fix_backend, wg_rest_backend):
+    """The narrower matrices' Hopper forms: the clusters', the fixup form at 33-64 rows, and the clusters' with the
+    rest form."""
+    return {"cluster": wg_narrow_backend, "fixup": wg_fix_backend, "rest": wg_rest_backend}[request.param]
 
 
 def hopper(backend) -> bool:
@@ -509,7 +519,7 @@ def test_hopper_residual_form_gives_the_policy_bits(policy_backend, narrow_backe
     real = be.launch_wg
     monkeypatch.setattr(be, "launch_wg", lambda p, x, y, glu=False, epi=None: calls.append(1) or real(p, x, y, glu, epi))
     k = 2048
-    for n in (1024, 6144, 128 * (be.sm_count + 1)):
+    for n in (1024, 6144, 128 * (be.sm_count + 1)) + ((4096,) if be.wg_rest else ()):   # (the rest form: 32 units)
         pairs = [rand_q8(n, k) for _ in range(twins)]
         plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, h16=h16)
         ring = be.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, h16=h16)
@@ -663,6 +673,50 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     own = WG_TWIN_SETTINGS[twin_forms].get(width_class(n / 16 / be.sm_count)) if twins == 2 else None
     assert {c.rsplit("_", 2)[-2] + "_" + c.rsplit("_", 1)[-1] for c in calls if "_m2_c" in c} == ({own[1]} if own else set()), calls
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
+    if be.wg_rest and twins == 1 and n == 4096:   # the rest form split these launches (more units than resident clusters)
+        m8 = [c for c in calls if c.endswith("_m8_c8")]
+        assert m8 and all(be.wg_rest_units(c, n // 128, 1, 0) == n // 128 - be.wg_resident[c] > 0 for c in m8), m8
+
+
+def test_hopper_rest_form_in_a_graph_launch_after_launch(policy_backend, wg_rest_backend):
+    """The rest form (PTI_WG_REST=1) captured in a CUDA graph of three matmuls in a row, replayed three times: each
+    output bit for bit the policy's on fresh inputs (the counts set back by every launch, each rest launch reading
+    its inputs unwaited and waiting for its clusters' launch), also with a gate/up's silu(gate) * up."""
+    be = wg_rest_backend
+    if not hopper(be):
+        return
+    n, k, m = 4096, 2048, 64
+    for glu in (False, True):
+        q, d = rand_q8(n, k)
+        plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda())], k, glu=glu)
+        ring = be.weight_from_q8([(q.cuda(), d.cuda())], k, glu=glu)
+        cols, dt = (n // 2, torch.bfloat16) if glu else (n, torch.float32)
+        name = be.wg_kernel(m, dt, glu, rows=n)[0]
+        assert be.wg_rest_units(name, n // 128, 1, 0) > 0, name
+        xs = [rand_x(m, k, torch.bfloat16) for _ in range(3)]
+        ys = [poisoned(m, cols, dt) for _ in range(3)]
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for x, y in zip(xs, ys):
+                be.matmul(x, ring, 0, out=y)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for x, y in zip(xs, ys):
+                be.matmul(x, ring, 0, out=y)
+        for _ in range(3):
+            for x in xs:
+                x.copy_(rand_x(m, k, torch.bfloat16))
+            for y in ys:
+                y.fill_(float("nan"))
+            graph.replay()
+            for x, y in zip(xs, ys):
+                want = poisoned(m, cols, dt)
+                policy_backend.matmul(x, plain, 0, out=want)
+                assert not torch.isnan(y.float()).any()
+                assert torch.equal(y.view(torch.int32 if dt == torch.float32 else torch.int16),
+                                   want.view(torch.int32 if dt == torch.float32 else torch.int16)), glu
 
 
 @pytest.mark.parametrize("short_two", ["16", "32"])
