@@ -123,6 +123,11 @@ def wg_rest_setting() -> bool:
     return v == "1"
 
 
+def wg_rest_name(name: str) -> str | None:
+    """The rest form's kernel for the units an m8_c8 launch (`name`) leaves over: the same inputs and outputs."""
+    return name[:-len("m8_c8")] + WG_REST[1] if name.endswith("_m8_c8") else None
+
+
 def wg_x_first() -> bool:
     """PTI_WG_X_FIRST (default 1): the Hopper kernels' residual form reads all of a thread's x values before
     its first store (bit 2 of PtiWgArgs.h16); 0: each just before its own stores, as before session 32."""
@@ -562,11 +567,10 @@ class KernelBackend(Backend):
         """How many of a launch's `units` go to the rest form's second launch (WG_REST): those past the clusters of
         m8_c8 that the card holds at once, where their CTAs fit the slots the clusters leave free; 0: one launch.
         Only one twin without inv CTAs (whole clusters of their own), on a backend loaded under PTI_WG_REST=1."""
-        rest_name = name[:-len("m8_c8")] + WG_REST[1]
-        if not (self.wg_rest and twins == 1 and n_inv == 0 and name.endswith("_m8_c8") and rest_name in self.wg_a_sm):
+        if not (self.wg_rest and twins == 1 and n_inv == 0 and wg_rest_name(name) in self.wg_a_sm):
             return 0
         fit = self.wg_resident.get(name, 0)
-        free = self.wg_a_sm[rest_name] * self.sm_count - WG_REST[5] * fit
+        free = self.wg_a_sm[wg_rest_name(name)] * self.sm_count - WG_REST[5] * fit
         return units - fit if 0 < units - fit and WG_REST[5] * (units - fit) <= free else 0
 
     def wg_launch_smem(self, name: str, ctas: int) -> int:
@@ -990,14 +994,14 @@ class CudaBackend(KernelBackend):
         # (name, first unit, units, G, h16's split bits: 8 the clusters' launch, 16 the rest after it)
         parts = [(name, 0, units - rest, fix, 8 if rest else 0)]
         if rest:
-            parts.append((name[:-len("m8_c8")] + WG_REST[1], units - rest, rest, WG_REST[6], 16))
+            parts.append((wg_rest_name(name), units - rest, rest, WG_REST[6], 16))
+        outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, max(ma, mb))
         for part, unit0, n_units, g_form, split in parts:
-            outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, max(ma, mb)) + self._wg_fixup(units, nr, len(xs), g_form)
             ctas = n_units * c + (n_inv if unit0 == 0 else 0)
             launch_kernel(self._drv, self.wg_funcs[part], (ctas, len(xs)), (THREADS,), self.wg_launch_smem(part, ctas * len(xs)),
                           stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16 | split,
                                     pa, pb, epi.ng if pa else 0, float(epi.eps) if pa else 0.0, n_inv if unit0 == 0 else 0)
-                                   + outs + (unit0,),
+                                   + outs + self._wg_fixup(units, nr, len(xs), g_form) + (unit0,),
                                    (ctypes.c_void_p,) * 10 + (ctypes.c_int,) * 6 + (ctypes.c_void_p,) * 2
                                    + (ctypes.c_int, ctypes.c_float, ctypes.c_int) + (ctypes.c_void_p,) * 10 + (ctypes.c_int,)
                                    + (ctypes.c_void_p,) * 4 + (ctypes.c_int,)),
