@@ -1383,9 +1383,11 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
 // m8_w2_b2_r4_o2_c1_x1; the cluster forms, C > 1, on the narrow matrices: m4_w2_b4_r3_o2_c4_x1,
 // m4_w2_b2_r4_o2_c8_x1, m8_w2_b2_r4_o2_c8_x1); two CTAs a SM.  _g8: m8_c8's loop in the fixup form (G)
 // instead of a cluster; m8_d8: m8_c8's loop in the fixup form whose 8 CTAs share the epilogue (G = 2), for the
-// units of a 64-row launch left over after the card's resident clusters (the rest form, session 39).  m2_c4: two twins of the narrow class at 9-16 rows a twin, clusters of 4 at three CTAs a
-// SM (PB 2), so that a 4096-row matrix's 64 clusters fit one wave (session 34); m2_c2 (A/B): clusters of 2 whose
-// shared memory (119 KB) holds them to one CTA a SM, so that they cannot pile up on some SMs.
+// units of a 64-row launch left over after the card's resident clusters (the rest form, session 39); m4_d8: m4_c8's
+// loop so, for a 32-row launch split the same way (PTI_WG_REST32, session 40).  m2_c4: two twins of the narrow
+// class at 9-16 rows a twin, clusters of 4 at three CTAs a SM (PB 2), so that a 4096-row matrix's 64 clusters fit
+// one wave (session 34); m2_c2 (A/B): clusters of 2 whose shared memory (119 KB) holds them to one CTA a SM, so
+// that they cannot pile up on some SMs.
 #define PTI_WG(NAME, TIN, TOUT, MT, PB, S, C, G)                                                        \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                          \
         const char* qa, const char* sa, const char* qb, const char* sb, const char* xa, const char* xb,  \
@@ -1412,6 +1414,7 @@ extern "C" __global__ void __launch_bounds__(256) pti_wg_tiles(const unsigned sh
     PTI_WG_OUTS(TY, TIN, m8_c8, 8, 2, 4, 8, 0)       \
     PTI_WG_OUTS(TY, TIN, m8_g8, 8, 2, 4, 8, 1)       \
     PTI_WG_OUTS(TY, TIN, m8_d8, 8, 2, 4, 8, 2)       \
+    PTI_WG_OUTS(TY, TIN, m4_d8, 4, 2, 4, 8, 2)       \
     PTI_WG_OUTS(TY, TIN, m2_c4, 2, 2, 4, 4, 0)       \
     PTI_WG_OUTS(TY, TIN, m2_c2, 2, 4, 4, 2, 0)
 PTI_WG_ALL(bf16, 0)

@@ -141,7 +141,7 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
         nbytes = twins * (one.nbytes + 2 * m * k + 2 * m * n)
         t1 = t if m == ms[0] else t1
         label = ("wg_" if wg else "") + name.split("_", 4)[4] + (" x2" if split else "")   # wg_m4: pti_wg_bf16_out_m4
-        if wg and backend.wg_rest_units(name, n // 128, twins, 0):   # split: the units past the resident clusters
+        if wg and backend.wg_rest_units(name, n // 128, twins, 0, k):   # split: the units past the resident clusters
             label += "+rest"
         rows.append(Row(kind, n, k, m, label, t * 1e6, nbytes / t / 1e9, 100 * nbytes / t / denom, t / t1))
         if wg:   # the form the model runs: the launch before wrote the tiles (Epilogue.to), so no pti_wg_tiles

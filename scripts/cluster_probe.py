@@ -7,7 +7,10 @@ each CTA's SM (%smid), cluster and rank.  Configurations:
 - the model's launches: 32 clusters of 8 at m4_c8's and m8_c8's shared memory (three and two CTAs a SM), 64 of 4
   at m2_c4's, 256 plain CTAs (the fixup form), and the first with each cluster scheduling policy;
 - tickets: as many clusters of 8 as the card holds at once, of which only the first 32 to take a ticket from a
-  global counter count as working (the placement a launch sized to the card would give its work).
+  global counter count as working (the placement a launch sized to the card would give its work);
+- split (the rest form, session 40's PTI_WG_REST32): the clusters of 8 the card holds at two CTAs a SM
+  (WG_SMEM_TWO), and 16 plain CTAs launched after them on the same stream with programmatic dependent launch, as
+  launch_wg does (each CTA triggers its dependents first), to see whether the 16 take the slots the clusters left.
 Per configuration: CTAs a SM (a histogram over all SMs), the mean over the most (a matmul's SM time is set by its
 busiest SM), and how many working clusters each GPC got, the GPCs found from which SMs share a cluster (a
 cluster's CTAs sit in one GPC).
@@ -30,6 +33,7 @@ __device__ __forceinline__ u64 now() { u64 t; asm volatile("mov.u64 %0, %%global
 // rec[4 b + 0..3] = SM, cluster, rank, ticket (ticket: rank 0's, taken when tick != 0; else the cluster's index)
 extern "C" __global__ void place(unsigned* rec, unsigned* tick, u64 ns) {
     __shared__ unsigned t;
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");   // (a launch after it with PDL may start)
     unsigned sm, cid, rank, nc;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(cid));
@@ -134,11 +138,12 @@ def main() -> None:
         cfg = cuda.launch_config(driver, (64 * c,), (256,), smem, 0, False, c)
         return cuda._cu(driver.cuOccupancyMaxActiveClusters(f, cfg), "max active clusters")
 
-    def launch(clusters: int, c: int, smem: int, tickets: bool, policy: int = 0) -> list[tuple[int, int, int, int]]:
+    def start(clusters: int, c: int, smem: int, tickets: bool, policy: int = 0, pdl: bool = False) -> torch.Tensor:
+        """Launch `clusters` clusters of c CTAs; their records' tensor, filled once the stream is done."""
         ctas = clusters * max(c, 1)
         rec = torch.full((ctas * 4,), -1, dtype=torch.int32, device="cuda")
         tick = torch.zeros(1, dtype=torch.int32, device="cuda")
-        cfg = cuda.launch_config(driver, (ctas,), (256,), smem, torch.cuda.current_stream().cuda_stream, False,
+        cfg = cuda.launch_config(driver, (ctas,), (256,), smem, torch.cuda.current_stream().cuda_stream, pdl,
                                  c if c > 1 else 0)
         if policy:   # CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE (1 spread, 2 load balancing)
             dim = driver.CUlaunchAttribute()
@@ -151,11 +156,21 @@ def main() -> None:
             cfg.numAttrs = 2
         args = ((rec.data_ptr(), tick.data_ptr() if tickets else 0, 200_000), (P, P, U))
         cuda._cu(driver.cuLaunchKernelEx(cfg, f, args, 0), "launch place")
+        return rec
+
+    def records(rec: torch.Tensor) -> list[tuple[int, int, int, int]]:
         torch.cuda.synchronize()
         r = rec.view(-1, 4).cpu().tolist()
         if any(v < 0 for row in r for v in row):
             raise SystemExit("cluster_probe: a CTA wrote no record")
         return [tuple(row) for row in r]
+
+    def launch(clusters: int, c: int, smem: int, tickets: bool, policy: int = 0, rest: int = 0) -> list[tuple[int, int, int, int]]:
+        """One launch's records; rest > 0: and `rest` plain CTAs launched after it with PDL, at the same shared
+        memory (the rest form), their cluster indices put far above any launch's (pooled adds i << 20)."""
+        first = start(clusters, c, smem, tickets, policy)
+        second = start(rest, 1, smem, False, 0, True) if rest else None
+        return records(first) + ([(sm, (1 << 30) + cid, r, t) for sm, cid, r, t in records(second)] if rest else [])
 
     full = resident(8, smem["m4_c8"])
     configs = [("m4_c8: 32 clusters of 8", 32, 8, smem["m4_c8"], False, 0, None),
@@ -165,11 +180,14 @@ def main() -> None:
                ("m2_c4 (two twins): 64 clusters of 4", 64, 4, smem["m2_c4"], False, 0, None),
                ("plain: 256 CTAs at m4_c8's shared memory (the fixup form)", 256, 1, smem["m4_c8"], False, 0, None),
                (f"tickets: {full} clusters of 8 (all that fit), the first 32 working", full, 8, smem["m4_c8"], True, 0, 32)]
+    two = resident(8, cuda.WG_SMEM_TWO)
+    split = (f"split: {two} clusters of 8 at two CTAs a SM, then {8 * (32 - two)} plain CTAs with PDL", two, 8,
+             cuda.WG_SMEM_TWO, False, 0, None, 8 * (32 - two))
     print(f"{full} clusters of 8 fit at m4_c8's shared memory ({smem['m4_c8']} bytes)", flush=True)
     runs = []
-    for name, n, c, sm_bytes, tickets, policy, working in configs:
+    for name, n, c, sm_bytes, tickets, policy, working, *rest in configs + ([split] if two < 32 else []):
         try:   # one configuration's failure (a launch attribute this driver refuses) does not lose the others
-            runs.append((name, launch(n, c, sm_bytes, tickets, policy), c, working))
+            runs.append((name, launch(n, c, sm_bytes, tickets, policy, *rest), c, working))
         except PtiError as e:
             print(f"  {name}: {e}", flush=True)
     groups = gpc_groups(pooled([recs for _, recs, c, _ in runs if c == 8]), 8)

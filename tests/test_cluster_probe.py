@@ -61,3 +61,11 @@ def test_pooled_launches_keep_their_clusters_apart():
         launches.append(recs)
     assert len(cp.gpc_groups([r for recs in launches for r in recs], 3)) == 1   # the collision
     assert sorted(map(sorted, cp.gpc_groups(cp.pooled(launches), 3))) == sorted(map(sorted, gpcs))
+
+
+def test_probe_kernel_compiles_for_hopper():
+    """The probe's kernel (its PDL trigger and cluster registers need sm_90) compiles through NVRTC to a CUBIN,
+    so that its device call does not fail at its first step (session 39's first call did, on a launch)."""
+    from pti_cli.backends.compile import compile_nvrtc
+    binary = compile_nvrtc(_script().SRC, "sm_90").binary
+    assert binary[:4] == b"\x7fELF" and b"place" in binary

@@ -381,7 +381,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
     name says."""
     import re
     from pti_cli.backends.compile import kernel_source
-    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_REST, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
+    from pti_cli.backends.cuda import WG_FIX, WG_OUTS, WG_RESTS, WG_TWIN_VARIANTS, WG_VARIANTS, wg_name
     src = kernel_source()
     guard = src.index("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
     assert "pti_wg_mm<" not in src[:guard]
@@ -391,7 +391,7 @@ def test_hopper_kernel_names_match_the_kernel_source():
     assert outs == [(o, str(i)) for i, o in enumerate(WG_OUTS)] and wg_name("h16", "glu", "m4") == "pti_wg_f16_glu_m4"
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
             for m in re.finditer(r"PTI_WG_OUTS\(TY, TIN, (\w+), ([\d, ]+)\)", guarded)}
-    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX, WG_REST)}
+    entries = {v[1]: v[2:] for vs in WG_VARIANTS.values() for v in vs + (WG_FIX,) + tuple(WG_RESTS.values())}
     twin_entries = {v[1]: v[2:] for vs in WG_TWIN_VARIANTS.values() for v in vs}
     assert not set(twin_entries) & set(entries) and inst == {**entries, **twin_entries}
     # two twins' own forms: 16-row cluster forms of the narrower classes, ahead of their classes' own entries
@@ -400,7 +400,9 @@ def test_hopper_kernel_names_match_the_kernel_source():
         assert [v[0] for v in vs] == ([16] if cls == "x" else []) + [32, 64] and all(8 % v[5] == 0 for v in vs), cls
         assert all((v[5] == 1) == (cls == "x") for v in vs)   # the cluster forms serve the narrower classes
     assert WG_FIX[5:] == (8, 1) and WG_FIX[2:5] == dict((v[1], v[2:5]) for v in WG_VARIANTS["n"])["m8_c8"]
-    assert WG_REST[5:] == (8, 2) and WG_REST[2:5] == WG_FIX[2:5]   # the rest form: m8_c8's loop, the epilogue shared
+    narrow = {v[1]: v for v in WG_VARIANTS["n"]}
+    for form, rest in WG_RESTS.items():   # a rest form: its cluster form's loop and rows, the epilogue shared (G = 2)
+        assert rest[5:] == (8, 2) and rest[2:5] == narrow[form][2:5] and rest[0] == narrow[form][0], form
 
 
 def test_launch_config_sets_grid_pdl_and_cluster():
@@ -821,30 +823,53 @@ def test_hopper_rest_form_split_rule(monkeypatch):
     """PTI_WG_REST=1 (the default since session 39) splits a 64-row launch of one twin of m8_c8 whose units outnumber the
     clusters the card holds: the units past them go to m8_d8 when their CTAs fit the slots the clusters leave
     free; never for two twins, with inv CTAs, for another form, or with the setting off; a clear error for
-    anything but 0 or 1."""
-    from pti_cli.backends.cuda import WG_REST, CudaBackend, wg_rest_setting
+    anything but 0 or 1.  PTI_WG_REST32 (default 0) splits m4_c8's 17-32 row launches the same way, against the
+    clusters it holds at two CTAs a SM (wg_split_smem), on any K (1) or the narrow class's long K only (2)."""
+    from pti_cli.backends.cuda import WG_MIN_K, WG_RESTS, WG_SMEM_TWO, CudaBackend, wg_rest_name, wg_rest_setting
     from pti_cli.errors import PtiError
     be = object.__new__(CudaBackend)
-    c8, d8 = "pti_wg_bf16_f32_m8_c8", "pti_wg_bf16_f32_" + WG_REST[1]
-    be.sm_count, be.wg_resident, be.wg_a_sm = 132, {c8: 30}, {c8: 2, d8: 2}   # the H200's (session 39)
+    c8, d8 = "pti_wg_bf16_f32_m8_c8", "pti_wg_bf16_f32_" + WG_RESTS["m8_c8"][1]
+    c4, d4 = "pti_wg_f16_glu_m4_c8", "pti_wg_f16_glu_" + WG_RESTS["m4_c8"][1]
+    assert (wg_rest_name(c8), wg_rest_name(c4), wg_rest_name("pti_wg_bf16_f32_m4_c4")) == (d8, d4, None)
+    # the H200's (session 39): 30 clusters of 8 at two CTAs a SM; m4_c8 holds 45 at its own shared memory (three a SM)
+    be.sm_count, be.wg_split_resident, be.wg_split_a_sm = 132, {c8: 30, c4: 30}, {d8: 2, d4: 2}
+    k, short = 14336, WG_MIN_K["n"] - 32
     monkeypatch.setenv("PTI_WG_REST", "0")
     be.wg_rest = wg_rest_setting()
-    assert not be.wg_rest and be.wg_rest_units(c8, 32, 1, 0) == 0
+    assert not be.wg_rest and be.wg_rest_units(c8, 32, 1, 0, k) == 0
     monkeypatch.delenv("PTI_WG_REST")                 # the default: on
-    assert be.wg_rest_units(c8, 32, 1, 0) == 0        # read when the kernels load, not at each launch
+    assert be.wg_rest_units(c8, 32, 1, 0, k) == 0     # read when the kernels load, not at each launch
     be.wg_rest = wg_rest_setting()
-    assert be.wg_rest_units(c8, 32, 1, 0) == 2        # 240 CTAs in clusters, 16 in the 24 free slots
-    assert be.wg_rest_units(c8, 33, 1, 0) == 3        # 24 CTAs: exactly the free slots
-    assert be.wg_rest_units(c8, 34, 1, 0) == 0        # 32 CTAs do not fit beside the clusters: one launch
-    assert be.wg_rest_units(c8, 30, 1, 0) == 0        # every unit resident: one launch
-    assert be.wg_rest_units(c8, 32, 2, 0) == 0        # two twins
-    assert be.wg_rest_units(c8, 32, 1, 8) == 0        # inv CTAs
-    assert be.wg_rest_units("pti_wg_bf16_f32_m4_c8", 32, 1, 0) == 0
-    be.wg_a_sm = {c8: 2}                              # the rest form not loaded
-    assert be.wg_rest_units(c8, 32, 1, 0) == 0
-    monkeypatch.setenv("PTI_WG_REST", "yes")
-    with pytest.raises(PtiError, match="PTI_WG_REST"):
-        wg_rest_setting()
+    assert be.wg_rest_units(c8, 32, 1, 0, k) == 2     # 240 CTAs in clusters, 16 in the 24 free slots
+    assert be.wg_rest_units(c8, 32, 1, 0, short) == 2   # any K
+    assert be.wg_rest_units(c8, 33, 1, 0, k) == 3     # 24 CTAs: exactly the free slots
+    assert be.wg_rest_units(c8, 34, 1, 0, k) == 0     # 32 CTAs do not fit beside the clusters: one launch
+    assert be.wg_rest_units(c8, 30, 1, 0, k) == 0     # every unit resident: one launch
+    assert be.wg_rest_units(c8, 32, 2, 0, k) == 0     # two twins
+    assert be.wg_rest_units(c8, 32, 1, 8, k) == 0     # inv CTAs
+    assert be.wg_rest_units(c4, 32, 1, 0, k) == 0     # 17-32 rows: off by default
+    assert be.wg_rest_units("pti_wg_bf16_f32_m4_c4", 64, 1, 0, k) == 0   # a form without a rest form
+    monkeypatch.setenv("PTI_WG_REST32", "1")
+    be.wg_rest = wg_rest_setting()
+    assert be.wg_rest_units(c4, 32, 1, 0, k) == 2 and be.wg_rest_units(c4, 32, 1, 0, short) == 2
+    assert be.wg_rest_units(c4, 34, 1, 0, k) == 0 and be.wg_rest_units(c4, 32, 2, 0, k) == 0
+    assert be.wg_rest_units(c8, 32, 1, 0, k) == 2     # the 64-row split stays
+    monkeypatch.setenv("PTI_WG_REST32", "2")          # the long K only: down, not O
+    be.wg_rest = wg_rest_setting()
+    assert be.wg_rest_units(c4, 32, 1, 0, k) == 2 and be.wg_rest_units(c4, 32, 1, 0, short) == 0
+    assert be.wg_rest_units(c8, 32, 1, 0, short) == 2
+    monkeypatch.setenv("PTI_WG_REST", "0")            # each form its own setting
+    be.wg_rest = wg_rest_setting()
+    assert be.wg_rest_units(c8, 32, 1, 0, k) == 0 and be.wg_rest_units(c4, 32, 1, 0, k) == 2
+    be.wg_split_a_sm = {d8: 2}                        # the rest form not loaded
+    assert be.wg_rest_units(c4, 32, 1, 0, k) == 0
+    # both parts of a split launch ask for at least WG_SMEM_TWO: no SM takes a third CTA
+    assert CudaBackend.wg_split_smem(1000) == WG_SMEM_TWO and CudaBackend.wg_split_smem(WG_SMEM_TWO + 4) == WG_SMEM_TWO + 4
+    for name, v in (("PTI_WG_REST", "yes"), ("PTI_WG_REST32", "3")):
+        monkeypatch.setenv(name, v)
+        with pytest.raises(PtiError, match=name):
+            wg_rest_setting()
+        monkeypatch.delenv(name)
 
 
 def test_hopper_x_first_setting(monkeypatch):

@@ -86,7 +86,12 @@ WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
 # clusters leave free, alongside them.  Same bits: each unit's 8 slices added in slice order either way.  On the H200
 # (30 clusters + 2 units): 4096x14336 at 64 rows on tiles given 37.8 -> 27.4 us, 4096x4096 15.3 -> 13.0; one model
 # +4.1% at 48 sequences and +4.0% at 64 (docs/perf.md, session 39).
-WG_REST = (64, "m8_d8", 8, 2, 4, 8, 2)
+# The same split at 17-32 rows (PTI_WG_REST32, session 40, not yet run on a card: off by default): m4_c8 fits three
+# CTAs a SM, and its 32 clusters land unevenly (16 SMs with three CTAs, 8 with none: session 39's probe).  Split, both
+# launches ask for WG_SMEM_TWO so that no SM takes a third CTA: 30 clusters, and 2 units in m4_d8 in the 24 slots left.
+# By cluster form: its rest form's entry, as WG_VARIANTS'.
+WG_RESTS = {"m8_c8": (64, "m8_d8", 8, 2, 4, 8, 2), "m4_c8": (32, "m4_d8", 4, 2, 4, 8, 2)}
+WG_REST = WG_RESTS["m8_c8"]
 # Two twins at 9-16 rows a twin of the narrow class (down): clusters of 4 (two slices a CTA, 16 tile rows) at three
 # CTAs a SM (PB 2), so that a 4096-row matrix's 64 clusters (32 units a twin) fit one wave, where m4_c8's 64
 # clusters of 8 ran in 1.4 waves (the card holds 92 clusters of 4 at three CTAs a SM, 45 of 8: docs/perf.md,
@@ -114,18 +119,32 @@ def wg_twin_forms() -> dict:
     return WG_TWIN_SETTINGS[v]
 
 
-def wg_rest_setting() -> bool:
-    """PTI_WG_REST (default 1): split a 64-row launch of one twin of the narrow class whose units do not all fit the
-    card as clusters (WG_REST, CudaBackend.wg_rest_units); 0: one launch, two waves (session 38's path, for A/B runs)."""
-    v = os.environ.get("PTI_WG_REST", "1")
+def wg_rest_setting() -> dict[str, int]:
+    """The cluster forms whose launches the rest form splits (WG_RESTS, CudaBackend.wg_rest_units), each with the
+    fewest K it splits: PTI_WG_REST (default 1) m8_c8 (33-64 rows; 0: one launch, two waves, session 38's path, for
+    A/B runs); PTI_WG_REST32 (default 0, not yet measured) m4_c8 (17-32 rows) too, 1 on any K, 2 only on the narrow
+    class's long K (WG_MIN_K: an 8B model's down, not its O)."""
+    v, v32 = os.environ.get("PTI_WG_REST", "1"), os.environ.get("PTI_WG_REST32", "0")
     if v not in ("0", "1"):
         raise PtiError(f"PTI_WG_REST must be 0 or 1, not {v!r}")
-    return v == "1"
+    if v32 not in ("0", "1", "2"):
+        raise PtiError(f"PTI_WG_REST32 must be 0, 1 or 2, not {v32!r}")
+    forms = {"m8_c8": 0} if v == "1" else {}
+    if v32 != "0":
+        forms["m4_c8"] = WG_MIN_K["n"] if v32 == "2" else 0
+    return forms
+
+
+def wg_rest_form(name: str) -> str | None:
+    """The cluster form (a WG_RESTS key) of Hopper kernel `name`, where it has a rest form; else None."""
+    return next((f for f in WG_RESTS if name.endswith("_" + f)), None)
 
 
 def wg_rest_name(name: str) -> str | None:
-    """The rest form's kernel for the units an m8_c8 launch (`name`) leaves over: the same inputs and outputs."""
-    return name[:-len("m8_c8")] + WG_REST[1] if name.endswith("_m8_c8") else None
+    """The rest form's kernel for the units a launch of cluster form `name` leaves over (WG_RESTS): the same inputs
+    and outputs; None for a form without one."""
+    form = wg_rest_form(name)
+    return name[:-len(form)] + WG_RESTS[form][1] if form else None
 
 
 def wg_x_first() -> bool:
@@ -454,7 +473,10 @@ class KernelBackend(Backend):
         self._fix: dict[tuple, tuple] = {}   # the fixup forms' sums and counts by (units, rows, G) (_wg_fixup), as _tiles
         self.wg_resident: dict[str, int] = {}   # a cluster form's clusters the card holds at once (its own shared memory)
         self.wg_a_sm: dict[str, int] = {}   # a Hopper kernel's CTAs a SM at its own shared memory
-        self.wg_rest = False   # 64-row launches split by the rest form (wg_rest_setting, read when the kernels load)
+        # the split launch's (wg_split_smem): a cluster form's resident clusters, a rest form's CTAs a SM
+        self.wg_split_resident: dict[str, int] = {}
+        self.wg_split_a_sm: dict[str, int] = {}
+        self.wg_rest: dict[str, int] = {}   # the cluster forms the rest form splits (wg_rest_setting, read at load)
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -563,15 +585,26 @@ class KernelBackend(Backend):
         _, suffix, mt, _, _, c, fix = next(v for v in forms if m <= v[0] and (m2_ok or v[1] != "m2"))
         return wg_name(code, "glu" if glu else "f32" if out == torch.float32 else "out", suffix), 8 * mt, c, fix
 
-    def wg_rest_units(self, name: str, units: int, twins: int, n_inv: int) -> int:
-        """How many of a launch's `units` go to the rest form's second launch (WG_REST): those past the clusters of
-        m8_c8 that the card holds at once, where their CTAs fit the slots the clusters leave free; 0: one launch.
-        Only one twin without inv CTAs (whole clusters of their own), on a backend loaded under PTI_WG_REST=1."""
-        if not (self.wg_rest and twins == 1 and n_inv == 0 and wg_rest_name(name) in self.wg_a_sm):
+    def wg_rest_units(self, name: str, units: int, twins: int, n_inv: int, k: int) -> int:
+        """How many of a launch's `units` go to the rest form's second launch (WG_RESTS): those past the clusters the
+        card holds at once at the split's shared memory (wg_split_smem), where their CTAs fit the slots the clusters
+        leave free; 0: one launch.  Only one twin without inv CTAs (whole clusters of their own), of a cluster form
+        the backend splits (wg_rest_setting, read when the kernels load) at this K."""
+        form, rest = wg_rest_form(name), wg_rest_name(name)
+        if not (form in self.wg_rest and twins == 1 and n_inv == 0 and k >= self.wg_rest[form]
+                and rest in self.wg_split_a_sm):
             return 0
-        fit = self.wg_resident.get(name, 0)
-        free = self.wg_a_sm[wg_rest_name(name)] * self.sm_count - WG_REST[5] * fit
-        return units - fit if 0 < units - fit and WG_REST[5] * (units - fit) <= free else 0
+        fit = self.wg_split_resident.get(name, 0)
+        c = WG_RESTS[form][5]
+        free = self.wg_split_a_sm[rest] * self.sm_count - c * fit
+        return units - fit if 0 < units - fit and c * (units - fit) <= free else 0
+
+    @staticmethod
+    def wg_split_smem(smem: int) -> int:
+        """A split launch's dynamic shared memory (both parts): at least WG_SMEM_TWO, so that no SM takes a third CTA
+        (m4_c8's 32 clusters at three a SM: 16 SMs with three, 8 with none, session 39) and the units left over
+        take the slots the clusters leave at two a SM."""
+        return max(smem, WG_SMEM_TWO)
 
     def wg_launch_smem(self, name: str, ctas: int) -> int:
         """The dynamic shared memory of a launch of `ctas` CTAs of Hopper kernel `name`: a form without clusters
@@ -924,8 +957,8 @@ class CudaBackend(KernelBackend):
         classes, self.wg_min_k, self.wg_table = wg_classes_wanted(), wg_min_k_wanted(), wg_variants()
         self.wg_rest = wg_rest_setting()
         for cls in classes:
-            rest = (WG_REST,) if cls == "n" and self.wg_rest else ()
-            for _, suffix, mt, pb, slots, c, _ in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()) + rest:
+            rest = tuple(WG_RESTS[f] for f in self.wg_rest) if cls == "n" else ()
+            for _, suffix, mt, pb, slots, c, fix in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()) + rest:
                 for n in (wg_name(t, o, suffix) for t in ("bf16", "f16") for o in WG_OUTS):
                     if n in self.wg_funcs:   # (a form two classes share)
                         continue
@@ -936,9 +969,14 @@ class CudaBackend(KernelBackend):
                     set_carveout(driver, f, 100, n)
                     occupancy = lambda b: _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, b), f"occupancy {n}")
                     ctas_a_sm = self.wg_a_sm[n] = occupancy(self.smem[n])
-                    if c > 1:   # (cuOccupancyMaxActiveClusters: a cluster sits in one GPC, so fewer than the SMs say)
-                        cfg = launch_config(driver, (8 * c,), (THREADS,), self.smem[n], 0, False, c)
-                        self.wg_resident[n] = _cu(driver.cuOccupancyMaxActiveClusters(f, cfg), f"resident clusters {n}")
+                    resident = lambda b: _cu(driver.cuOccupancyMaxActiveClusters(
+                        f, launch_config(driver, (8 * c,), (THREADS,), b, 0, False, c)), f"resident clusters {n}")
+                    if c > 1 and not fix:   # (cuOccupancyMaxActiveClusters: a cluster sits in one GPC, so fewer than the SMs say)
+                        self.wg_resident[n] = resident(self.smem[n])
+                        if suffix in self.wg_rest:
+                            self.wg_split_resident[n] = resident(self.wg_split_smem(self.smem[n]))
+                    if fix == 2:   # a rest form: its CTAs a SM in a split launch
+                        self.wg_split_a_sm[n] = occupancy(self.wg_split_smem(self.smem[n]))
                     if ctas_a_sm < (1 if suffix == WG_TWIN_FORM_C2[1] else 2):   # (m2_c2: one a SM by design)
                         return
                     # (not a cluster form: m4_c8 fits 45 clusters of 8 at three CTAs a SM, 30 at two, session 32;
@@ -990,15 +1028,16 @@ class CudaBackend(KernelBackend):
         ia, ib = two([0 if v is None else v.data_ptr() for v in invs])
         h16 = int(epi is not None and epi.h16) | 2 * int(rp[0].code == "h16") | 4 * wg_x_first()   # as Epilogue.args
         units = g // RING_GROUPS
-        rest = self.wg_rest_units(name, units, len(xs), n_inv)
+        rest = self.wg_rest_units(name, units, len(xs), n_inv, 32 * nb)
         # (name, first unit, units, G, h16's split bits: 8 the clusters' launch, 16 the rest after it)
         parts = [(name, 0, units - rest, fix, 8 if rest else 0)]
         if rest:
-            parts.append((wg_rest_name(name), units - rest, rest, WG_REST[6], 16))
+            parts.append((wg_rest_name(name), units - rest, rest, WG_RESTS[wg_rest_form(name)][6], 16))
         outs = self._wg_outs(epi, live, rp[0].rows, glu, ys, max(ma, mb))
         for part, unit0, n_units, g_form, split in parts:
             ctas = n_units * c + (n_inv if unit0 == 0 else 0)
-            launch_kernel(self._drv, self.wg_funcs[part], (ctas, len(xs)), (THREADS,), self.wg_launch_smem(part, ctas * len(xs)),
+            smem = self.wg_split_smem(self.smem[part]) if rest else self.wg_launch_smem(part, ctas * len(xs))
+            launch_kernel(self._drv, self.wg_funcs[part], (ctas, len(xs)), (THREADS,), smem,
                           stream, ((qa, sa, qb, sb, ta, tb, ya, yb, ia, ib, ma, mb, rp[0].rows, nb, ys[0].stride(0), h16 | split,
                                     pa, pb, epi.ng if pa else 0, float(epi.eps) if pa else 0.0, n_inv if unit0 == 0 else 0)
                                    + outs + self._wg_fixup(units, nr, len(xs), g_form) + (unit0,),

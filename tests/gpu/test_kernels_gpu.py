@@ -341,9 +341,10 @@ def wg_fix_backend():
 @pytest.fixture(scope="module")
 def wg_rest_backend():
     """The cluster forms with one twin's 64-row launches of 4096-row matrices split by the rest form (PTI_WG_REST=1,
-    the default since session 39: the units past the card's resident clusters in m8_d8, alongside them).  The
-    cluster and fixup backends here leave it off (backend_with_wgmma), so each form is tested alone."""
-    return backend_with_wgmma("1", "1", "0", "1")
+    the default since session 39: the units past the card's resident clusters in m8_d8, alongside them), and its
+    17-32 row launches too (PTI_WG_REST32=1, on any K: m4_c8 at two CTAs a SM, the rest in m4_d8).  The cluster and
+    fixup backends here leave both off (backend_with_wgmma), so each form is tested alone."""
+    return backend_with_wgmma("1", "1", "0", "1", "1")
 
 
 @pytest.fixture(params=["cluster", "fixup", "rest"])
@@ -674,25 +675,30 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     assert {c.rsplit("_", 2)[-2] + "_" + c.rsplit("_", 1)[-1] for c in calls if "_m2_c" in c} == ({own[1]} if own else set()), calls
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
     if be.wg_rest and twins == 1 and n == 4096:   # the rest form split these launches (more units than resident clusters)
-        m8 = [c for c in calls if c.endswith("_m8_c8")]
-        assert m8 and all(be.wg_rest_units(c, n // 128, 1, 0) == n // 128 - be.wg_resident[c] > 0 for c in m8), m8
+        assert set(be.wg_rest) == {"m8_c8", "m4_c8"}
+        for form in be.wg_rest:
+            split = [c for c in calls if c.endswith("_" + form)]
+            assert split and all(be.wg_rest_units(c, n // 128, 1, 0, k) == n // 128 - be.wg_split_resident[c] > 0
+                                 for c in split), split
 
 
-def test_hopper_rest_form_in_a_graph_launch_after_launch(policy_backend, wg_rest_backend):
-    """The rest form (PTI_WG_REST=1) captured in a CUDA graph of three matmuls in a row, replayed three times: each
-    output bit for bit the policy's on fresh inputs (the counts set back by every launch, each rest launch reading
-    its inputs unwaited and waiting for its clusters' launch), also with a gate/up's silu(gate) * up."""
+@pytest.mark.parametrize("m", [64, 32])
+def test_hopper_rest_form_in_a_graph_launch_after_launch(policy_backend, wg_rest_backend, m):
+    """The rest form (PTI_WG_REST=1, at 17-32 rows PTI_WG_REST32=1) captured in a CUDA graph of three matmuls in a
+    row, replayed three times: each output bit for bit the policy's on fresh inputs (the counts set back by every
+    launch, each rest launch reading its inputs unwaited and waiting for its clusters' launch), also with a
+    gate/up's silu(gate) * up."""
     be = wg_rest_backend
     if not hopper(be):
         return
-    n, k, m = 4096, 2048, 64
+    n, k = 4096, 2048
     for glu in (False, True):
         q, d = rand_q8(n, k)
         plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda())], k, glu=glu)
         ring = be.weight_from_q8([(q.cuda(), d.cuda())], k, glu=glu)
         cols, dt = (n // 2, torch.bfloat16) if glu else (n, torch.float32)
         name = be.wg_kernel(m, dt, glu, rows=n)[0]
-        assert be.wg_rest_units(name, n // 128, 1, 0) > 0, name
+        assert be.wg_rest_units(name, n // 128, 1, 0, k) > 0, name
         xs = [rand_x(m, k, torch.bfloat16) for _ in range(3)]
         ys = [poisoned(m, cols, dt) for _ in range(3)]
         s = torch.cuda.Stream()
