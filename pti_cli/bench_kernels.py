@@ -143,6 +143,8 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
         label = ("wg_" if wg else "") + name.split("_", 4)[4] + (" x2" if split else "")   # wg_m4: pti_wg_bf16_out_m4
         if wg and backend.wg_rest_units(name, n // 128, twins, 0, k):   # split: the units past the resident clusters
             label += "+rest"
+        elif wg and backend.wg_twins_apart(name, n // 128, twins, 0, k):   # one split launch a twin
+            label += "+rest x2"
         rows.append(Row(kind, n, k, m, label, t * 1e6, nbytes / t / 1e9, 100 * nbytes / t / denom, t / t1))
         if wg:   # the form the model runs: the launch before wrote the tiles (Epilogue.to), so no pti_wg_tiles
             given = tiles_given(backend, sets[0], m)

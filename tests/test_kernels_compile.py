@@ -825,7 +825,8 @@ def test_hopper_rest_form_split_rule(monkeypatch):
     free; never for two twins, with inv CTAs, for another form, or with the setting off; a clear error for
     anything but 0 or 1.  PTI_WG_REST32 (default 0) splits m4_c8's 17-32 row launches the same way, against the
     clusters it holds at two CTAs a SM (wg_split_smem), on any K (1) or the narrow class's long K only (2)."""
-    from pti_cli.backends.cuda import WG_MIN_K, WG_RESTS, WG_SMEM_TWO, CudaBackend, wg_rest_name, wg_rest_setting
+    from pti_cli.backends.cuda import (WG_MIN_K, WG_RESTS, WG_SMEM_TWO, CudaBackend, wg_rest_name, wg_rest_setting,
+                                        wg_rest_twins_setting)
     from pti_cli.errors import PtiError
     be = object.__new__(CudaBackend)
     c8, d8 = "pti_wg_bf16_f32_m8_c8", "pti_wg_bf16_f32_" + WG_RESTS["m8_c8"][1]
@@ -863,12 +864,26 @@ def test_hopper_rest_form_split_rule(monkeypatch):
     assert be.wg_rest_units(c8, 32, 1, 0, k) == 0 and be.wg_rest_units(c4, 32, 1, 0, k) == 2
     be.wg_split_a_sm = {d8: 2}                        # the rest form not loaded
     assert be.wg_rest_units(c4, 32, 1, 0, k) == 0
+    # PTI_WG_REST_TWINS (default 0): two twins' launch as one split launch a twin, where one twin's would be split
+    be.wg_split_a_sm = {d8: 2, d4: 2}
+    monkeypatch.setenv("PTI_WG_REST", "1")
+    be.wg_rest, be.wg_rest_twins = wg_rest_setting(), wg_rest_twins_setting()
+    assert not be.wg_rest_twins and not be.wg_twins_apart(c8, 32, 2, 0, k)
+    monkeypatch.setenv("PTI_WG_REST_TWINS", "1")
+    be.wg_rest_twins = wg_rest_twins_setting()
+    assert be.wg_twins_apart(c8, 32, 2, 0, k) and be.wg_twins_apart(c8, 32, 2, 0, short)
+    assert be.wg_twins_apart(c4, 32, 2, 0, k) and not be.wg_twins_apart(c4, 32, 2, 0, short)   # (REST32=2: long K)
+    assert not be.wg_twins_apart(c8, 32, 1, 0, k)     # one twin: its own split, one launch pair
+    assert not be.wg_twins_apart(c8, 30, 2, 0, k)     # each twin's units resident: one launch
+    assert not be.wg_twins_apart(c8, 32, 2, 8, k)     # inv CTAs
+    assert not be.wg_twins_apart("pti_wg_bf16_f32_m2_c4", 32, 2, 0, k)
     # both parts of a split launch ask for at least WG_SMEM_TWO: no SM takes a third CTA
     assert CudaBackend.wg_split_smem(1000) == WG_SMEM_TWO and CudaBackend.wg_split_smem(WG_SMEM_TWO + 4) == WG_SMEM_TWO + 4
-    for name, v in (("PTI_WG_REST", "yes"), ("PTI_WG_REST32", "3")):
+    for name, v, read in (("PTI_WG_REST", "yes", wg_rest_setting), ("PTI_WG_REST32", "3", wg_rest_setting),
+                          ("PTI_WG_REST_TWINS", "2", wg_rest_twins_setting)):
         monkeypatch.setenv(name, v)
         with pytest.raises(PtiError, match=name):
-            wg_rest_setting()
+            read()
         monkeypatch.delenv(name)
 
 

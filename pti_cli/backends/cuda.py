@@ -135,6 +135,16 @@ def wg_rest_setting() -> dict[str, int]:
     return forms
 
 
+def wg_rest_twins_setting() -> bool:
+    """PTI_WG_REST_TWINS (default 0, not yet measured; session 40): a launch of two twins whose one-twin launches the
+    rest form splits goes as one launch a twin, each split (a 4096-row matrix's 64 clusters of 8 at 33-64 rows a twin
+    run in three rounds of the 30 the card holds; two split launches take two)."""
+    v = os.environ.get("PTI_WG_REST_TWINS", "0")
+    if v not in ("0", "1"):
+        raise PtiError(f"PTI_WG_REST_TWINS must be 0 or 1, not {v!r}")
+    return v == "1"
+
+
 def wg_rest_form(name: str) -> str | None:
     """The cluster form (a WG_RESTS key) of Hopper kernel `name`, where it has a rest form; else None."""
     return next((f for f in WG_RESTS if name.endswith("_" + f)), None)
@@ -477,6 +487,7 @@ class KernelBackend(Backend):
         self.wg_split_resident: dict[str, int] = {}
         self.wg_split_a_sm: dict[str, int] = {}
         self.wg_rest: dict[str, int] = {}   # the cluster forms the rest form splits (wg_rest_setting, read at load)
+        self.wg_rest_twins = False   # two twins' launches that it splits go one a twin (wg_rest_twins_setting)
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -598,6 +609,11 @@ class KernelBackend(Backend):
         c = WG_RESTS[form][5]
         free = self.wg_split_a_sm[rest] * self.sm_count - c * fit
         return units - fit if 0 < units - fit and c * (units - fit) <= free else 0
+
+    def wg_twins_apart(self, name: str, units: int, twins: int, n_inv: int, k: int) -> bool:
+        """Whether a launch of `twins` twins of form `name` goes as one launch a twin, each split by the rest form
+        (PTI_WG_REST_TWINS=1, read when the kernels load; no inv CTAs)."""
+        return self.wg_rest_twins and twins == 2 and self.wg_rest_units(name, units, 1, n_inv, k) > 0
 
     @staticmethod
     def wg_split_smem(smem: int) -> int:
@@ -955,7 +971,7 @@ class CudaBackend(KernelBackend):
         card with less shared memory) is left to the policy kernels."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
         classes, self.wg_min_k, self.wg_table = wg_classes_wanted(), wg_min_k_wanted(), wg_variants()
-        self.wg_rest = wg_rest_setting()
+        self.wg_rest, self.wg_rest_twins = wg_rest_setting(), wg_rest_twins_setting()
         for cls in classes:
             rest = tuple(WG_RESTS[f] for f in self.wg_rest) if cls == "n" else ()
             for _, suffix, mt, pb, slots, c, fix in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()) + rest:
@@ -989,6 +1005,13 @@ class CudaBackend(KernelBackend):
 
     def launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor], glu: bool = False,
                   epi: Epilogue | None = None) -> str:
+        return self._launch_wg(packs, xs, ys, glu, epi)
+
+    def _launch_wg(self, packs: list[Packed], xs: list[torch.Tensor], ys: list[torch.Tensor], glu: bool,
+                   epi: Epilogue | None, form_rows: int = 0) -> str:
+        """launch_wg's body, which calls itself for one launch a twin (wg_twins_apart), each in the form of the
+        two twins' rows (form_rows: given tiles are laid out for it; 28 rows alone would take m4_c8, beside 33
+        m8_c8): a call of launch_wg is one matmul however many launches it takes."""
         if epi is not None and not epi.wg_ok():
             raise PtiError("the Hopper kernels' epilogue takes only each row's inv, given or summed")
         if glu and (ys[0].dtype == torch.float16) != bool(epi is not None and epi.h16):   # as launch_args
@@ -1001,8 +1024,15 @@ class CudaBackend(KernelBackend):
         packs, xs, ys = [packs[i] for i in live], [xs[i] for i in live], [ys[i] for i in live]
         invs, pins, tis = [invs[i] for i in live], [pins[i] for i in live], [tis[i] for i in live]
         rp = [p.ring for p in packs]
-        name, nr, c, fix = self.wg_kernel(max(x.shape[0] for x in xs), ys[0].dtype, glu, rp[0].code, rp[0].rows, len(xs))
+        m_form = max(form_rows, *(x.shape[0] for x in xs))
+        name, nr, c, fix = self.wg_kernel(m_form, ys[0].dtype, glu, rp[0].code, rp[0].rows, len(xs))
         g, nb = rp[0].q.shape[:2]
+        has_inv = given and not epi.no_inv_ctas and pins[0] is not None   # (n_inv > 0 below)
+        if self.wg_twins_apart(name, g // RING_GROUPS, len(xs), int(has_inv), 32 * nb):
+            for t in range(2):   # one launch a twin (both live here), the other given no rows
+                part = self._launch_wg(packs, [x if i == t else x[:0] for i, x in enumerate(xs)], ys, glu, epi, m_form)
+                assert part == name, (part, name)   # (one twin's form of these rows is the two twins')
+            return name
         if len({x.stride(0) for x in xs}) > 1 or any(x.stride(0) % 2 or x.data_ptr() % 4 for x in xs):
             xs = [x.contiguous() for x in xs]   # pti_wg_tiles: one row stride, 4-byte words
         per = nb * nr * 32   # a twin's tiles, bf16
@@ -1015,7 +1045,7 @@ class CudaBackend(KernelBackend):
         ma, mb = two([x.shape[0] for x in xs])
         pa, pb = two([0 if t is None else t.data_ptr() for t in pins])
         if given:   # the scaled form's inv summed by the matmul's first CTAs (whole clusters)
-            tiles, n_inv = tis, 0 if epi.no_inv_ctas or pins[0] is None else -(-max(ma, mb) // 8 // c) * c
+            tiles, n_inv = tis, -(-max(ma, mb) // 8 // c) * c if has_inv else 0
         else:
             if nb not in self._tiles:   # room for two twins of MAX_ROWS
                 self._tiles[nb] = torch.empty(2 * nb * MAX_ROWS * 32, dtype=torch.bfloat16, device=self.device)

@@ -341,10 +341,11 @@ def wg_fix_backend():
 @pytest.fixture(scope="module")
 def wg_rest_backend():
     """The cluster forms with one twin's 64-row launches of 4096-row matrices split by the rest form (PTI_WG_REST=1,
-    the default since session 39: the units past the card's resident clusters in m8_d8, alongside them), and its
-    17-32 row launches too (PTI_WG_REST32=1, on any K: m4_c8 at two CTAs a SM, the rest in m4_d8).  The cluster and
-    fixup backends here leave both off (backend_with_wgmma), so each form is tested alone."""
-    return backend_with_wgmma("1", "1", "0", "1", "1")
+    the default since session 39: the units past the card's resident clusters in m8_d8, alongside them), its 17-32
+    row launches too (PTI_WG_REST32=1, on any K: m4_c8 at two CTAs a SM, the rest in m4_d8), and two twins' launches
+    of these as one split launch a twin (PTI_WG_REST_TWINS=1).  The cluster and fixup backends here leave all three
+    off (backend_with_wgmma), so each form is tested alone."""
+    return backend_with_wgmma("1", "1", "0", "1", "1", "1")
 
 
 @pytest.fixture(params=["cluster", "fixup", "rest"])
@@ -526,7 +527,7 @@ def test_hopper_residual_form_gives_the_policy_bits(policy_backend, narrow_backe
         ring = be.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, h16=h16)
         assert all(p.ring is not None for p in ring.packs)
         g = [torch.rand(n, generator=GEN).add(0.5).cuda() for _ in range(twins)]
-        for m in (17, 40, 64):
+        for m in (17, 36, 64):   # (36: two twins of 36 and 31 rows, both in the 64-row form, the tiles laid out so)
             rows = [m - 5 * t for t in range(twins)]
             nr = 32 if max(rows) <= 32 else 64
             xs = [rand_x(r, k, torch.float16 if h16 else torch.bfloat16) for r in rows]
@@ -591,7 +592,7 @@ def test_hopper_glu_writes_the_down_tiles(wg_backend, twins):
     pairs = [rand_q8(n, k) for _ in range(twins)]
     w = wg_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=True)
     for h16_out in (False, True):
-        for m in (17, 40, 64):
+        for m in (17, 36, 64):   # (36: two twins of 36 and 31 rows, both in the 64-row form, the tiles laid out so)
             rows = [m - 5 * t for t in range(twins)]
             nr = 32 if max(rows) <= 32 else 64
             xs = [rand_x(r, k, torch.bfloat16) for r in rows]
@@ -674,55 +675,68 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     own = WG_TWIN_SETTINGS[twin_forms].get(width_class(n / 16 / be.sm_count)) if twins == 2 else None
     assert {c.rsplit("_", 2)[-2] + "_" + c.rsplit("_", 1)[-1] for c in calls if "_m2_c" in c} == ({own[1]} if own else set()), calls
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
-    if be.wg_rest and twins == 1 and n == 4096:   # the rest form split these launches (more units than resident clusters)
-        assert set(be.wg_rest) == {"m8_c8", "m4_c8"}
+    if be.wg_rest and n == 4096:   # the rest form split these launches (more units than resident clusters), a twin's
+        assert set(be.wg_rest) == {"m8_c8", "m4_c8"} and be.wg_rest_twins
         for form in be.wg_rest:
             split = [c for c in calls if c.endswith("_" + form)]
             assert split and all(be.wg_rest_units(c, n // 128, 1, 0, k) == n // 128 - be.wg_split_resident[c] > 0
-                                 for c in split), split
+                                 and be.wg_twins_apart(c, n // 128, twins, 0, k) == (twins == 2) for c in split), split
 
 
-@pytest.mark.parametrize("m", [64, 32])
-def test_hopper_rest_form_in_a_graph_launch_after_launch(policy_backend, wg_rest_backend, m):
-    """The rest form (PTI_WG_REST=1, at 17-32 rows PTI_WG_REST32=1) captured in a CUDA graph of three matmuls in a
-    row, replayed three times: each output bit for bit the policy's on fresh inputs (the counts set back by every
-    launch, each rest launch reading its inputs unwaited and waiting for its clusters' launch), also with a
-    gate/up's silu(gate) * up."""
+@pytest.mark.parametrize("twins", [1, 2])
+@pytest.mark.parametrize("m", [64, 36, 32])
+def test_hopper_rest_form_in_a_graph_launch_after_launch(policy_backend, wg_rest_backend, m, twins):
+    """The rest form (PTI_WG_REST=1, at 17-32 rows PTI_WG_REST32=1; two twins one split launch a twin,
+    PTI_WG_REST_TWINS=1, twin B 5 rows fewer: at 36 and 31 rows both in the 64-row form) captured in a CUDA graph
+    of three matmuls in a row, replayed three times: each output bit for bit the policy's on fresh inputs (the
+    counts set back by every launch, each rest launch reading its inputs unwaited and waiting for its clusters'
+    launch), also with a gate/up's silu(gate) * up."""
     be = wg_rest_backend
     if not hopper(be):
         return
     n, k = 4096, 2048
     for glu in (False, True):
-        q, d = rand_q8(n, k)
-        plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda())], k, glu=glu)
-        ring = be.weight_from_q8([(q.cuda(), d.cuda())], k, glu=glu)
+        pairs = [rand_q8(n, k) for _ in range(twins)]
+        plain = policy_backend.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu)
+        ring = be.weight_from_q8([(q.cuda(), d.cuda()) for q, d in pairs], k, glu=glu)
         cols, dt = (n // 2, torch.bfloat16) if glu else (n, torch.float32)
-        name = be.wg_kernel(m, dt, glu, rows=n)[0]
+        name = be.wg_kernel(m, dt, glu, rows=n, twins=twins)[0]
         assert be.wg_rest_units(name, n // 128, 1, 0, k) > 0, name
-        xs = [rand_x(m, k, torch.bfloat16) for _ in range(3)]
-        ys = [poisoned(m, cols, dt) for _ in range(3)]
+        assert be.wg_twins_apart(name, n // 128, twins, 0, k) == (twins == 2), name
+
+        def run(b, w, x, y):   # one matmul: one twin, or both (the same rows through each)
+            if twins == 1:
+                b.matmul(x[0], w, 0, out=y[0])
+            else:
+                b.matmul_twins(x[0], x[1], w, outs=tuple(y))
+        rows = [m - 5 * t for t in range(twins)]
+        xs = [[rand_x(r, k, torch.bfloat16) for r in rows] for _ in range(3)]
+        ys = [[poisoned(r, cols, dt) for r in rows] for _ in range(3)]
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             for x, y in zip(xs, ys):
-                be.matmul(x, ring, 0, out=y)
+                run(be, ring, x, y)
         torch.cuda.current_stream().wait_stream(s)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for x, y in zip(xs, ys):
-                be.matmul(x, ring, 0, out=y)
+                run(be, ring, x, y)
         for _ in range(3):
             for x in xs:
-                x.copy_(rand_x(m, k, torch.bfloat16))
+                for t in x:
+                    t.copy_(rand_x(t.shape[0], k, torch.bfloat16))
             for y in ys:
-                y.fill_(float("nan"))
+                for t in y:
+                    t.fill_(float("nan"))
             graph.replay()
             for x, y in zip(xs, ys):
-                want = poisoned(m, cols, dt)
-                policy_backend.matmul(x, plain, 0, out=want)
-                assert not torch.isnan(y.float()).any()
-                assert torch.equal(y.view(torch.int32 if dt == torch.float32 else torch.int16),
-                                   want.view(torch.int32 if dt == torch.float32 else torch.int16)), glu
+                want = [poisoned(r, cols, dt) for r in rows]
+                run(policy_backend, plain, x, want)
+                for got, ref in zip(y, want):
+                    assert not torch.isnan(got.float()).any()
+                    assert torch.equal(got.view(torch.int32 if dt == torch.float32 else torch.int16),
+                                       ref.view(torch.int32 if dt == torch.float32 else torch.int16)), glu
 
 
 @pytest.mark.parametrize("short_two", ["16", "32"])
