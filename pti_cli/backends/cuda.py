@@ -91,7 +91,6 @@ WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
 # launches ask for WG_SMEM_TWO so that no SM takes a third CTA: 30 clusters, and 2 units in m4_d8 in the 24 slots left.
 # By cluster form: its rest form's entry, as WG_VARIANTS'.
 WG_RESTS = {"m8_c8": (64, "m8_d8", 8, 2, 4, 8, 2), "m4_c8": (32, "m4_d8", 4, 2, 4, 8, 2)}
-WG_REST = WG_RESTS["m8_c8"]
 # Two twins at 9-16 rows a twin of the narrow class (down): clusters of 4 (two slices a CTA, 16 tile rows) at three
 # CTAs a SM (PB 2), so that a 4096-row matrix's 64 clusters (32 units a twin) fit one wave, where m4_c8's 64
 # clusters of 8 ran in 1.4 waves (the card holds 92 clusters of 4 at three CTAs a SM, 45 of 8: docs/perf.md,
