@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .backends.cuda import launch_kernel, mm_carveout, set_carveout
+from .backends.cuda import env_switch, launch_kernel, mm_carveout, set_carveout
 from .errors import PtiError
 from .gpu_model import ATTN_CHUNK, TorchOps, to_h16
 
@@ -142,26 +142,18 @@ def attn_wide_cluster_max() -> int:
     return _cluster_setting("PTI_ATTN_WIDE_CL", ATTN_WIDE_CLUSTER_MAX)
 
 
-def _switch(var: str, default: str = "1") -> bool:
-    """An on/off setting for A/B runs: 1 on, 0 off, unset the default."""
-    v = os.environ.get(var) or default
-    if v not in ("0", "1"):
-        raise PtiError(f"{var} must be 0 or 1, not {v!r}")
-    return v == "1"
-
-
 def attn_push() -> bool:
     """Whether cluster launches of one chunk a block push their partials into the combining blocks'
     shared memory (attn_rope_clp_*; the default) or leave them in L2 (attn_rope_cl_*): PTI_ATTN_PUSH=0
     for A/B runs.  The same bits either way."""
-    return _switch("PTI_ATTN_PUSH")
+    return env_switch("PTI_ATTN_PUSH")
 
 
 def attn_tiles() -> bool:
     """PTI_ATTN_TILES (default 1): the fused attention also lays out its rows in the tiles of the Hopper matmul
     after it (AttnOut), so that no pti_wg_tiles launch sits between them: twins ab +1.8% / +1.4% at 24 / 32
     sequences on the H200 (docs/perf.md, session 37).  0: a pti_wg_tiles launch before O, for A/B runs."""
-    return _switch("PTI_ATTN_TILES")
+    return env_switch("PTI_ATTN_TILES")
 
 
 def attention_cluster(n_chunks: int, groups: int, cluster_max: int, pinned: list[int], wide_max: int = 0,
@@ -235,7 +227,7 @@ class CudaOps:
         # the argmax kernel writes each pass's picks to the host ring itself (GpuModel._launch),
         # instead of a copy after the pass (docs/perf.md, session 20); PTI_HOST_RING=0 copies them
         # (A/B runs)
-        self.writes_host_ring = _switch("PTI_HOST_RING")
+        self.writes_host_ring = env_switch("PTI_HOST_RING")
         if self.cluster_max > 8 or self.wide_cluster_max > 8:
             self.k.allow_large_clusters("attn_rope_cl")   # attn_rope_cl_*, attn_rope_cls_*, attn_rope_clp_*
             if self.k_wide is not self.k:
@@ -291,7 +283,7 @@ class CudaOps:
         if to and not self.fused_rope:
             raise PtiError("only the fused RoPE attention lays out its rows in tiles")
         if hd not in (64, 128) or H // sh.n_kv_heads > GROUPS[-1]:
-            raise PtiError(f"the attention kernel takes head size 64 or 128 and <= 8 query heads per KV head")
+            raise PtiError("the attention kernel takes head size 64 or 128 and <= 8 query heads per KV head")
         ng = next(g for g in GROUPS if g >= H // sh.n_kv_heads)
         # KV chunks in the grid and in the partials' stride: those the rows can reach (m.attn_bound,
         # eager passes), else the whole context.  Blocks past a row's position do nothing, so

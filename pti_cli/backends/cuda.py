@@ -134,14 +134,27 @@ def wg_rest_setting() -> dict[str, int]:
     return forms
 
 
+def env_switch(var: str, default: str = "1") -> bool:
+    """An on/off setting for A/B runs: 1 on, 0 off, unset the default."""
+    v = os.environ.get(var) or default
+    if v not in ("0", "1"):
+        raise PtiError(f"{var} must be 0 or 1, not {v!r}")
+    return v == "1"
+
+
 def wg_rest_twins_setting() -> bool:
     """PTI_WG_REST_TWINS (default 0, not yet measured; session 40): a launch of two twins whose one-twin launches the
     rest form splits goes as one launch a twin, each split (a 4096-row matrix's 64 clusters of 8 at 33-64 rows a twin
     run in three rounds of the 30 the card holds; two split launches take two)."""
-    v = os.environ.get("PTI_WG_REST_TWINS", "0")
-    if v not in ("0", "1"):
-        raise PtiError(f"PTI_WG_REST_TWINS must be 0 or 1, not {v!r}")
-    return v == "1"
+    return env_switch("PTI_WG_REST_TWINS", "0")
+
+
+def wg_rest_more_setting() -> bool:
+    """PTI_WG_REST_MORE (default 0, not yet measured; session 40): the rest form also splits a launch whose units left
+    over outnumber the free CTA slots (up to every slot at two CTAs a SM: they take the clusters' slots as those
+    finish, spread one or two a SM where a second round of clusters lands unevenly), and one whose inv CTAs (whole
+    clusters) ride in the clusters' launch: QKV at 64 rows, 48 units and an inv cluster against 30 resident."""
+    return env_switch("PTI_WG_REST_MORE", "0")
 
 
 def wg_rest_form(name: str) -> str | None:
@@ -487,6 +500,7 @@ class KernelBackend(Backend):
         self.wg_split_a_sm: dict[str, int] = {}
         self.wg_rest: dict[str, int] = {}   # the cluster forms the rest form splits (wg_rest_setting, read at load)
         self.wg_rest_twins = False   # two twins' launches that it splits go one a twin (wg_rest_twins_setting)
+        self.wg_rest_more = False   # and past the free slots, and with inv CTAs (wg_rest_more_setting)
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -598,20 +612,24 @@ class KernelBackend(Backend):
     def wg_rest_units(self, name: str, units: int, twins: int, n_inv: int, k: int) -> int:
         """How many of a launch's `units` go to the rest form's second launch (WG_RESTS): those past the clusters the
         card holds at once at the split's shared memory (wg_split_smem), where their CTAs fit the slots the clusters
-        leave free; 0: one launch.  Only one twin without inv CTAs (whole clusters of their own), of a cluster form
-        the backend splits (wg_rest_setting, read when the kernels load) at this K."""
+        leave free; 0: one launch.  Only one twin, of a cluster form the backend splits (wg_rest_setting, read when
+        the kernels load) at this K; with PTI_WG_REST_MORE=1 (wg_rest_more_setting) also past the free slots, up to
+        every slot (no deadlock: the clusters' launch waits on nothing of the rest's, and once it ends every rest CTA
+        fits), and with inv CTAs, whole clusters in the clusters' launch; without it, none."""
         form, rest = wg_rest_form(name), wg_rest_name(name)
-        if not (form in self.wg_rest and twins == 1 and n_inv == 0 and k >= self.wg_rest[form]
-                and rest in self.wg_split_a_sm):
+        if not (form in self.wg_rest and twins == 1 and k >= self.wg_rest[form] and rest in self.wg_split_a_sm):
             return 0
-        fit = self.wg_split_resident.get(name, 0)
-        c = WG_RESTS[form][5]
-        free = self.wg_split_a_sm[rest] * self.sm_count - c * fit
-        return units - fit if 0 < units - fit and c * (units - fit) <= free else 0
+        c, clusters = WG_RESTS[form][5], self.wg_split_resident.get(name, 0)
+        if n_inv and not (self.wg_rest_more and n_inv % c == 0):
+            return 0
+        fit = clusters - n_inv // c   # the units in the clusters' launch, after its inv CTAs' clusters
+        slots = self.wg_split_a_sm[rest] * self.sm_count
+        room = slots if self.wg_rest_more else slots - c * clusters
+        return units - fit if 0 < fit < units and c * (units - fit) <= room else 0
 
     def wg_twins_apart(self, name: str, units: int, twins: int, n_inv: int, k: int) -> bool:
         """Whether a launch of `twins` twins of form `name` goes as one launch a twin, each split by the rest form
-        (PTI_WG_REST_TWINS=1, read when the kernels load; no inv CTAs)."""
+        (PTI_WG_REST_TWINS=1, read when the kernels load; n_inv: each launch's inv CTAs)."""
         return self.wg_rest_twins and twins == 2 and self.wg_rest_units(name, units, 1, n_inv, k) > 0
 
     @staticmethod
@@ -970,7 +988,7 @@ class CudaBackend(KernelBackend):
         card with less shared memory) is left to the policy kernels."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
         classes, self.wg_min_k, self.wg_table = wg_classes_wanted(), wg_min_k_wanted(), wg_variants()
-        self.wg_rest, self.wg_rest_twins = wg_rest_setting(), wg_rest_twins_setting()
+        self.wg_rest, self.wg_rest_twins, self.wg_rest_more = wg_rest_setting(), wg_rest_twins_setting(), wg_rest_more_setting()
         for cls in classes:
             rest = tuple(WG_RESTS[f] for f in self.wg_rest) if cls == "n" else ()
             for _, suffix, mt, pb, slots, c, fix in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()) + rest:
@@ -1026,8 +1044,10 @@ class CudaBackend(KernelBackend):
         m_form = max(form_rows, *(x.shape[0] for x in xs))
         name, nr, c, fix = self.wg_kernel(m_form, ys[0].dtype, glu, rp[0].code, rp[0].rows, len(xs))
         g, nb = rp[0].q.shape[:2]
-        has_inv = given and not epi.no_inv_ctas and pins[0] is not None   # (n_inv > 0 below)
-        if self.wg_twins_apart(name, g // RING_GROUPS, len(xs), int(has_inv), 32 * nb):
+        # the scaled form's inv summed by the matmul's first CTAs (whole clusters), on given tiles
+        has_inv = given and not epi.no_inv_ctas and pins[0] is not None
+        n_inv = -(-max(x.shape[0] for x in xs) // 8 // c) * c if has_inv else 0
+        if self.wg_twins_apart(name, g // RING_GROUPS, len(xs), n_inv, 32 * nb):
             for t in range(2):   # one launch a twin (both live here), the other given no rows
                 part = self._launch_wg(packs, [x if i == t else x[:0] for i, x in enumerate(xs)], ys, glu, epi, m_form)
                 assert part == name, (part, name)   # (one twin's form of these rows is the two twins')
@@ -1043,12 +1063,12 @@ class CudaBackend(KernelBackend):
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
         ma, mb = two([x.shape[0] for x in xs])
         pa, pb = two([0 if t is None else t.data_ptr() for t in pins])
-        if given:   # the scaled form's inv summed by the matmul's first CTAs (whole clusters)
-            tiles, n_inv = tis, -(-max(ma, mb) // 8 // c) * c if has_inv else 0
+        if given:
+            tiles = tis
         else:
             if nb not in self._tiles:   # room for two twins of MAX_ROWS
                 self._tiles[nb] = torch.empty(2 * nb * MAX_ROWS * 32, dtype=torch.bfloat16, device=self.device)
-            tiles, n_inv = [self._tiles[nb][i * per:(i + 1) * per] for i in range(len(xs))], 0
+            tiles = [self._tiles[nb][i * per:(i + 1) * per] for i in range(len(xs))]
             self._launch_tiles(xs, tiles, nb, nr, pins, invs, epi, stream)
             pa = pb = 0
         ta, tb = two([t.data_ptr() for t in tiles])

@@ -342,10 +342,11 @@ def wg_fix_backend():
 def wg_rest_backend():
     """The cluster forms with one twin's 64-row launches of 4096-row matrices split by the rest form (PTI_WG_REST=1,
     the default since session 39: the units past the card's resident clusters in m8_d8, alongside them), its 17-32
-    row launches too (PTI_WG_REST32=1, on any K: m4_c8 at two CTAs a SM, the rest in m4_d8), and two twins' launches
-    of these as one split launch a twin (PTI_WG_REST_TWINS=1).  The cluster and fixup backends here leave all three
+    row launches too (PTI_WG_REST32=1, on any K: m4_c8 at two CTAs a SM, the rest in m4_d8), two twins' launches
+    of these as one split launch a twin (PTI_WG_REST_TWINS=1), and the units left over past the free slots
+    (PTI_WG_REST_MORE=1: a 6144-row matrix's 18 at 64 rows).  The cluster and fixup backends here leave them all
     off (backend_with_wgmma), so each form is tested alone."""
-    return backend_with_wgmma("1", "1", "0", "1", "1", "1")
+    return backend_with_wgmma("1", "1", rest="1", rest32="1", rest_twins="1", rest_more="1")
 
 
 @pytest.fixture(params=["cluster", "fixup", "rest"])
@@ -675,12 +676,13 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     own = WG_TWIN_SETTINGS[twin_forms].get(width_class(n / 16 / be.sm_count)) if twins == 2 else None
     assert {c.rsplit("_", 2)[-2] + "_" + c.rsplit("_", 1)[-1] for c in calls if "_m2_c" in c} == ({own[1]} if own else set()), calls
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
-    if be.wg_rest and n == 4096:   # the rest form split these launches (more units than resident clusters), a twin's
-        assert set(be.wg_rest) == {"m8_c8", "m4_c8"} and be.wg_rest_twins
-        for form in be.wg_rest:
-            split = [c for c in calls if c.endswith("_" + form)]
-            assert split and all(be.wg_rest_units(c, n // 128, 1, 0, k) == n // 128 - be.wg_split_resident[c] > 0
-                                 and be.wg_twins_apart(c, n // 128, twins, 0, k) == (twins == 2) for c in split), split
+    if be.wg_rest:   # the rest form split these launches (more units than resident clusters), a twin's
+        from pti_cli.backends.cuda import wg_rest_form
+        assert set(be.wg_rest) == {"m8_c8", "m4_c8"} and be.wg_rest_twins and be.wg_rest_more
+        split = [c for c in calls if wg_rest_form(c)]   # 6144 rows: m8_c8's 18 left over, past the free slots
+        assert {wg_rest_form(c) for c in split} == ({"m8_c8", "m4_c8"} if n == 4096 else {"m8_c8"}), calls
+        assert all(be.wg_rest_units(c, n // 128, 1, 0, k) == n // 128 - be.wg_split_resident[c] > 0
+                   and be.wg_twins_apart(c, n // 128, twins, 0, k) == (twins == 2) for c in split), split
 
 
 @pytest.mark.parametrize("twins", [1, 2])
