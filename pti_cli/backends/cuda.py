@@ -493,9 +493,9 @@ class KernelBackend(Backend):
                                                      # for good, since captured graphs hold their address
         self.wg_table = WG_VARIANTS   # their forms (wg_variants: PTI_WG_FIX)
         self._fix: dict[tuple, tuple] = {}   # the fixup forms' sums and counts by (units, rows, G) (_wg_fixup), as _tiles
-        self.wg_resident: dict[str, int] = {}   # a cluster form's clusters the card holds at once (its own shared memory)
         self.wg_a_sm: dict[str, int] = {}   # a Hopper kernel's CTAs a SM at its own shared memory
-        # the split launch's (wg_split_smem): a cluster form's resident clusters, a rest form's CTAs a SM
+        # at a split launch's shared memory (wg_split_smem): the clusters a cluster form the rest form splits holds at
+        # once (cuOccupancyMaxActiveClusters: a cluster sits in one GPC, so fewer than the SMs say), a rest form's CTAs a SM
         self.wg_split_resident: dict[str, int] = {}
         self.wg_split_a_sm: dict[str, int] = {}
         self.wg_rest: dict[str, int] = {}   # the cluster forms the rest form splits (wg_rest_setting, read at load)
@@ -1002,13 +1002,10 @@ class CudaBackend(KernelBackend):
                     set_carveout(driver, f, 100, n)
                     occupancy = lambda b: _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, b), f"occupancy {n}")
                     ctas_a_sm = self.wg_a_sm[n] = occupancy(self.smem[n])
-                    resident = lambda b: _cu(driver.cuOccupancyMaxActiveClusters(
-                        f, launch_config(driver, (8 * c,), (THREADS,), b, 0, False, c)), f"resident clusters {n}")
-                    if c > 1 and not fix:   # (cuOccupancyMaxActiveClusters: a cluster sits in one GPC, so fewer than the SMs say)
-                        self.wg_resident[n] = resident(self.smem[n])
-                        if suffix in self.wg_rest:
-                            self.wg_split_resident[n] = resident(self.wg_split_smem(self.smem[n]))
-                    if fix == 2:   # a rest form: its CTAs a SM in a split launch
+                    if suffix in self.wg_rest:   # a cluster form the rest form splits
+                        cfg = launch_config(driver, (8 * c,), (THREADS,), self.wg_split_smem(self.smem[n]), 0, False, c)
+                        self.wg_split_resident[n] = _cu(driver.cuOccupancyMaxActiveClusters(f, cfg), f"resident clusters {n}")
+                    if fix == 2:   # a rest form
                         self.wg_split_a_sm[n] = occupancy(self.wg_split_smem(self.smem[n]))
                     if ctas_a_sm < (1 if suffix == WG_TWIN_FORM_C2[1] else 2):   # (m2_c2: one a SM by design)
                         return
