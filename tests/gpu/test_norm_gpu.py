@@ -243,7 +243,8 @@ def test_residual_lays_out_tiles_for_the_hopper_matmul(request, ops, twins, whic
     sums the rows itself).  Plain, float32 and silu(gate) * up outputs; 17, 40 and 64 rows of one twin, 40, 64
     and 100 of two (split unevenly).  On the default backend and on one with the rest form's opt-in settings,
     where 6144 rows at 33-64 rows a twin go as 30 clusters (the first the inv CTAs') and the units left over, one
-    launch pair a twin: the rest's CTAs read the inv slots the clusters' launch fills, or sum the rows themselves."""
+    launch pair a twin: the rest's CTAs read the inv slots the clusters' launch fills, or sum the rows themselves;
+    there the default backend's unsplit launch on the same tiles gives the bits too."""
     from pti_cli.backends.cuda import Epilogue
     backend = request.getfixturevalue("backend" if which == "default" else "rest_more_backend")
     d = 1024
@@ -292,3 +293,9 @@ def test_residual_lays_out_tiles_for_the_hopper_matmul(request, ops, twins, whic
             backend.matmul_epi([t for t, _, _ in parts], cut(u), lin.w, cut(got),
                                Epilogue(p.shape[1], 1e-5, pin=cut(p), inv=cut(s), ti=tiles, no_inv_ctas=True))
             assert (s.view(torch.int32) == -1).all() and torch.equal(got.view(bits), want.view(bits)), (m, kind)
+            if which == "rest_more":   # the same launch unsplit (the default backend), with its inv CTAs: the same bits
+                ref = torch.full_like(want, float("nan"))
+                request.getfixturevalue("backend").matmul_epi(
+                    [t for t, _, _ in parts], cut(u), lin.w, cut(ref),
+                    Epilogue(p.shape[1], 1e-5, pin=cut(p), inv=cut(inv.clone()), ti=tiles))
+                assert torch.equal(ref.view(bits), want.view(bits)), (m, kind)
