@@ -10,7 +10,8 @@ duration includes its wait for the one before, so this, not the duration, is wha
 the column sums to the pass.  Kinds are function names (a Hopper form's suffix kept: m2_c4, m4_c8, ...);
 the policy kernels are one kind, pti_mm; a second table splits the added time by each kernel's place after
 the layer's attention, which tells the matrices apart.  TWINS: a (one model) or ab (two twins, sequences
-alternating).
+alternating).  Below the tables: each matrix's weights' time at the read bandwidth measured first, the floor of its
+place's "added" divided by the layers (session 40).
     python3 scripts/pass_timeline.py [8b] [seqs,...] [TWINS]"""
 
 import json
@@ -25,6 +26,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from pti_cli.bench import _decode_plain, _twin_of, build_model  # noqa: E402
+from pti_cli.bench_kernels import read_bandwidth  # noqa: E402
 from pti_cli.gpu_model import SeqRows  # noqa: E402
 from pti_cli.gpu_ops import CudaOps, kernel_backend  # noqa: E402
 
@@ -51,7 +53,15 @@ def trace(m, S: int, passes: int, twins: str) -> list[dict]:
     return sorted(gpu, key=lambda e: e["ts"])
 
 
-def report(ev: list[dict], S: int, passes: int, twins: str) -> None:
+def layer_floors(m, bandwidth: float) -> dict[str, float]:
+    """Each matrix of the model's first layer: the microseconds its weights take at `bandwidth` (bytes/s),
+    every twin's planes counted (what a pass must read for it)."""
+    lw = m.w.layers[0]
+    return {name: sum(p.nbytes for p in lin.w.packs) / bandwidth * 1e6
+            for name, lin in (("qkv", lw.wqkv), ("o", lw.wo), ("gate/up", lw.wgu), ("down", lw.wdown))}
+
+
+def report(ev: list[dict], S: int, passes: int, twins: str, floors: dict[str, float] | None = None) -> None:
     # passes are delimited by the embedding kernel (the first of each pass)
     starts = [i for i, e in enumerate(ev) if kind(e["name"]) == "embed"]
     if len(starts) < 3:
@@ -87,6 +97,8 @@ def report(ev: list[dict], S: int, passes: int, twins: str) -> None:
     print(f"  {'place after the attention':<32} {'added a pass':>12}")
     for (pl, k), v in sorted(placed.items(), key=lambda kv: (str(kv[0][0]).zfill(3), -kv[1])):
         print(f"  {str(pl):>3} {k:<28} {v / n:12.2f}")
+    if floors:   # what each matrix's "added a layer" compares with (place's added / layers)
+        print("  a layer's weights at the read bandwidth, us: " + ", ".join(f"{k} {v:.2f}" for k, v in floors.items()))
 
 
 def main() -> None:
@@ -95,10 +107,12 @@ def main() -> None:
     twins = sys.argv[3] if len(sys.argv) > 3 else "a"
     dev = torch.device("cuda")
     ops, be = CudaOps(dev), kernel_backend(dev)
+    bw = read_bandwidth(be, 2 << 30)["denominator"]   # (2 GiB: past the 60 MB L2, beside an 8B model)
     m = build_model(size, dev, twins, max(cases), 640, ops, be)
+    print(f"read bandwidth {bw / 1e9:.0f} GB/s")
     for S in cases:
         m.prefill([SeqRows(i, list(range(1, 513)), 0, _twin_of(i, twins)) for i in range(S)])
-        report(trace(m, S, 24, twins), S, 24, twins)
+        report(trace(m, S, 24, twins), S, 24, twins, layer_floors(m, bw))
 
 
 if __name__ == "__main__":
