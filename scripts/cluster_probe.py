@@ -131,6 +131,10 @@ def main() -> None:
     f = cuda._cu(driver.cuModuleGetFunction(mod, b"place"), "place")
     cuda._cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        110 * 1024), "shared memory")
+    # all of the SM's shared memory, as the Hopper kernels ask (CudaBackend._load_wg).  Left to the driver, a launch
+    # of few CTAs may get a smaller carveout that cannot share an SM with the clusters' CTAs: the likely cause of
+    # session 40's first split row, where 8 of the 16 CTAs ran only after the clusters ended (a third CTA on 8 SMs)
+    cuda.set_carveout(driver, f, 100, "place")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     P, U = ctypes.c_void_p, ctypes.c_uint64
 

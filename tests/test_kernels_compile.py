@@ -825,13 +825,11 @@ def test_hopper_rest_form_split_rule(monkeypatch):
     free; never for two twins, with inv CTAs, for another form, or with the setting off; a clear error for
     anything but 0 or 1.  PTI_WG_REST32 (default 0) splits m4_c8's 17-32 row launches the same way, against the
     clusters it holds at two CTAs a SM (wg_split_smem), on any K (1) or the narrow class's long K only (2).
-    PTI_WG_REST_TWINS (default 0): two twins as one split launch a twin.  PTI_WG_REST_MORE (default 0): the units
-    left over up to every CTA slot, and inv CTAs as whole clusters in the clusters' launch."""
+    PTI_WG_REST_TWINS (default 0): two twins of m8_c8 (WG_TWINS_APART) as one split launch a twin."""
     from pti_cli.backends.cuda import (WG_MIN_K, WG_RESTS, WG_SMEM_TWO, CudaBackend, wg_rest_name, wg_rest_setting,
-                                        wg_rest_more_setting, wg_rest_twins_setting)
+                                        wg_rest_twins_setting)
     from pti_cli.errors import PtiError
     be = object.__new__(CudaBackend)
-    be.wg_rest_more = False   # (PTI_WG_REST_MORE's default, read at load)
     c8, d8 = "pti_wg_bf16_f32_m8_c8", "pti_wg_bf16_f32_" + WG_RESTS["m8_c8"][1]
     c4, d4 = "pti_wg_f16_glu_m4_c8", "pti_wg_f16_glu_" + WG_RESTS["m4_c8"][1]
     assert (wg_rest_name(c8), wg_rest_name(c4), wg_rest_name("pti_wg_bf16_f32_m4_c4")) == (d8, d4, None)
@@ -875,30 +873,16 @@ def test_hopper_rest_form_split_rule(monkeypatch):
     monkeypatch.setenv("PTI_WG_REST_TWINS", "1")
     be.wg_rest_twins = wg_rest_twins_setting()
     assert be.wg_twins_apart(c8, 32, 2, 0, k) and be.wg_twins_apart(c8, 32, 2, 0, short)
-    assert be.wg_twins_apart(c4, 32, 2, 0, k) and not be.wg_twins_apart(c4, 32, 2, 0, short)   # (REST32=2: long K)
+    assert be.wg_rest_units(c4, 32, 1, 0, k) == 2 and not be.wg_twins_apart(c4, 32, 2, 0, k)   # m4_c8: not apart
     assert not be.wg_twins_apart(c8, 32, 1, 0, k)     # one twin: its own split, one launch pair
     assert not be.wg_twins_apart(c8, 30, 2, 0, k)     # each twin's units resident: one launch
     assert not be.wg_twins_apart(c8, 32, 2, 8, k)     # inv CTAs
+    assert not be.wg_twins_apart(c8, 48, 2, 0, k)     # QKV's 48 units: the 18 left over do not fit the free slots
     assert not be.wg_twins_apart("pti_wg_bf16_f32_m2_c4", 32, 2, 0, k)
-    # PTI_WG_REST_MORE (default 0): past the free slots, up to every slot at two a SM, and with inv CTAs' clusters
-    be.wg_rest_more = wg_rest_more_setting()
-    assert not be.wg_rest_more and be.wg_rest_units(c8, 48, 1, 0, k) == 0 and be.wg_rest_units(c8, 32, 1, 8, k) == 0
-    monkeypatch.setenv("PTI_WG_REST_MORE", "1")
-    be.wg_rest_more = wg_rest_more_setting()
-    assert be.wg_rest_units(c8, 48, 1, 0, k) == 18    # QKV at 64 rows: 144 CTAs, past the 24 free slots
-    assert be.wg_rest_units(c8, 48, 1, 8, k) == 19    # its inv cluster in the clusters' launch: 29 units there
-    assert be.wg_rest_units(c8, 32, 1, 8, k) == 3
-    assert be.wg_rest_units(c8, 48, 1, 4, k) == 0     # inv CTAs that are not whole clusters
-    assert be.wg_rest_units(c8, 63, 1, 0, k) == 33    # 264 CTAs: every slot at two a SM
-    assert be.wg_rest_units(c8, 64, 1, 0, k) == 0     # 272: more than the card holds at once
-    assert be.wg_rest_units(c8, 30, 1, 0, k) == 0 and be.wg_rest_units(c8, 29, 1, 8, k) == 0   # all resident
-    assert be.wg_rest_units(c8, 96, 2, 0, k) == 0     # two twins: only one launch a twin (wg_twins_apart)
-    assert be.wg_twins_apart(c8, 48, 2, 8, k) and not be.wg_twins_apart(c8, 48, 2, 4, k)
     # both parts of a split launch ask for at least WG_SMEM_TWO: no SM takes a third CTA
     assert CudaBackend.wg_split_smem(1000) == WG_SMEM_TWO and CudaBackend.wg_split_smem(WG_SMEM_TWO + 4) == WG_SMEM_TWO + 4
     for name, v, read in (("PTI_WG_REST", "yes", wg_rest_setting), ("PTI_WG_REST32", "3", wg_rest_setting),
-                          ("PTI_WG_REST_TWINS", "2", wg_rest_twins_setting),
-                          ("PTI_WG_REST_MORE", "on", wg_rest_more_setting)):
+                          ("PTI_WG_REST_TWINS", "2", wg_rest_twins_setting)):
         monkeypatch.setenv(name, v)
         with pytest.raises(PtiError, match=name):
             read()

@@ -10,8 +10,8 @@ import types
 import pytest
 import torch
 
-from pti_cli.backends.cuda import (WG_SMEM_TWO, WG_VARIANTS, CudaBackend, Epilogue, wg_rest_more_setting,
-                                   wg_rest_setting, wg_rest_twins_setting, wg_smem)
+from pti_cli.backends.cuda import (WG_SMEM_TWO, WG_VARIANTS, CudaBackend, Epilogue, wg_rest_setting,
+                                   wg_rest_twins_setting, wg_smem)
 from pti_cli.backends.repack import Packed
 from pti_cli.errors import PtiError
 
@@ -43,7 +43,7 @@ def backend(monkeypatch, **env) -> CudaBackend:
     be = object.__new__(CudaBackend)
     be.device, be.sm_count, be.pdl, be._drv = torch.device("cpu"), 132, True, RecordingDriver()
     be.wg_table, be._tiles, be._fix, be.smem_two, be.ctas_a_sm = WG_VARIANTS, {}, {}, {}, {}
-    be.wg_rest, be.wg_rest_twins, be.wg_rest_more = wg_rest_setting(), wg_rest_twins_setting(), wg_rest_more_setting()
+    be.wg_rest, be.wg_rest_twins = wg_rest_setting(), wg_rest_twins_setting()
     be.wg_funcs, be.smem, be.wg_split_resident, be.wg_split_a_sm = {"pti_wg_tiles": "pti_wg_tiles"}, {}, {}, {}
     forms = [v for vs in WG_VARIANTS.values() for v in vs] + [(0, "m8_d8", 8, 2, 4, 8, 2), (0, "m4_d8", 4, 2, 4, 8, 2)]
     for _, suffix, mt, pb, slots, c, fix in forms:
@@ -124,8 +124,12 @@ def test_rest32_holds_m4_c8_to_two_ctas_a_sm(monkeypatch, value):
 
 def test_rest_twins_one_split_launch_a_twin_in_the_two_twins_form(monkeypatch):
     """PTI_WG_REST_TWINS: two twins of 36 and 31 rows as one split launch a twin, both in the 64-row form the
-    given tiles are laid out for (31 rows alone would take m4_c8), each with its own rows; off, one launch."""
-    be = backend(monkeypatch, REST_TWINS="1")
+    given tiles are laid out for (31 rows alone would take m4_c8), each with its own rows; off, one launch; at
+    17-32 rows a twin never (WG_TWINS_APART: m8_c8 only)."""
+    be = backend(monkeypatch, REST_TWINS="1", REST32="1")
+    # at 17-32 rows a twin (m4_c8, not in WG_TWINS_APART) one launch of both, unsplit
+    assert plan(be, 4096, 2048, [32, 27], given(0, 2048, 32, twins=2)) == [
+        ("m4_c8", 256, 2, wg_smem(4, 2, 4, 8), 8, 0, 0, 0, 32, 27)]
     got = plan(be, 4096, 2048, [36, 31], given(0, 2048, 64, twins=2))
     assert got == [("m8_c8", 240, 1, WG_SMEM_TWO, 8, 8, 0, 0, 36, 36), ("m8_d8", 16, 1, WG_SMEM_TWO, 0, 16, 30, 0, 36, 36),
                    ("m8_c8", 240, 1, WG_SMEM_TWO, 8, 8, 0, 0, 31, 31), ("m8_d8", 16, 1, WG_SMEM_TWO, 0, 16, 30, 0, 31, 31)]
@@ -138,19 +142,15 @@ def test_rest_twins_one_split_launch_a_twin_in_the_two_twins_form(monkeypatch):
         ("m8_c8", 256, 2, WG_SMEM_TWO, 8, 0, 0, 0, 36, 31)]
 
 
-def test_rest_more_past_the_free_slots_and_with_inv_ctas(monkeypatch):
-    """PTI_WG_REST_MORE: QKV's 6144 rows (48 units) at 64 rows as 30 clusters and 18 units left over (144 CTAs,
-    past the 24 free slots); with the scaled form's inv CTAs (a cluster, first in the clusters' launch) 29 units
-    and 19 left over; off, one launch of 48 clusters (and 49 with the inv cluster)."""
-    be = backend(monkeypatch, REST_MORE="1")
-    assert plan(be, 6144, 4096, [64], given(64, 4096, 64)) == [
-        ("m8_c8", 240, 1, WG_SMEM_TWO, 8, 8, 0, 0, 64, 64), ("m8_d8", 144, 1, WG_SMEM_TWO, 0, 16, 30, 0, 64, 64)]
-    assert plan(be, 6144, 4096, [64], given(64, 4096, 64, pins=True)) == [
-        ("m8_c8", 240, 1, WG_SMEM_TWO, 8, 8, 0, 8, 64, 64), ("m8_d8", 152, 1, WG_SMEM_TWO, 0, 16, 29, 0, 64, 64)]
-    monkeypatch.setenv("PTI_WG_REST_MORE", "0")
-    be.wg_rest_more = wg_rest_more_setting()
+def test_qkv_and_inv_ctas_keep_one_launch(monkeypatch):
+    """QKV's 6144 rows (48 units) at 64 rows: the 18 units past the 30 clusters do not fit the 24 free slots, so one
+    launch of 48 clusters (49 with the scaled form's inv cluster), under every setting."""
+    be = backend(monkeypatch, REST32="1", REST_TWINS="1")
+    assert plan(be, 6144, 4096, [64], given(64, 4096, 64)) == [("m8_c8", 384, 1, WG_SMEM_TWO, 8, 0, 0, 0, 64, 64)]
     assert plan(be, 6144, 4096, [64], given(64, 4096, 64, pins=True)) == [
         ("m8_c8", 392, 1, WG_SMEM_TWO, 8, 0, 0, 8, 64, 64)]
+    assert plan(be, 4096, 2048, [64], given(64, 2048, 64, pins=True)) == [   # inv CTAs: no split either
+        ("m8_c8", 264, 1, WG_SMEM_TWO, 8, 0, 0, 8, 64, 64)]
 
 
 def test_the_tiles_launch_comes_first_when_not_given(monkeypatch):

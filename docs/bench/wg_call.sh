@@ -59,14 +59,13 @@
 #              of 4096x4096 and 4096x14336 at 1, 32 and 64 rows (q8, PTI_WG_NARROW=REST_NARROW, default 1) under each
 #              setting of REST_CFGS (default REST 0 / 1 / 0 / 1); or one part: rest-test, rest-table; rest-synth: one
 #              model at 48 and 64 sequences with PTI_WG_REST 0 / 1 / 0 / 1 (JSON "a")
-#     rest32       session 40's changes, not yet run on the card: PTI_WG_REST32 (the split at 17-32 rows, m4_c8 held to
-#              two CTAs a SM plus the units left over in m4_d8), PTI_WG_REST_TWINS (two twins as one split launch a
-#              twin), PTI_WG_REST_MORE (the units left over past the free slots, and inv CTAs in the clusters' launch:
-#              QKV at 64 rows): the GPU tests -k rest, then the kernel table of 6144x4096, 4096x4096 and 4096x14336
-#              at 1, 32 and 64 rows, q8 and ssq16, with all three off / on / off / on (PTI_WG_NARROW=auto)
-#     rest32-synth one model at 24 and 32 sequences with PTI_WG_REST32 0 / 1 / 2 / 0 / 1 / 2 (2: down only, not O;
-#              JSON "a"), then twins ab at 48 and 64 with REST32=0 / REST32=1,REST_TWINS=1 twice (JSON "ab")
-#     rest-more-synth  one model at 48 and 64 sequences with PTI_WG_REST_MORE 0 / 1 / 0 / 1 (JSON "a")
+#     rest32       session 40's settings: PTI_WG_REST32 (the split at 17-32 rows, m4_c8 held to two CTAs a SM plus
+#              the units left over in m4_d8) and PTI_WG_REST_TWINS (two twins of m8_c8 as one split launch a twin):
+#              the GPU tests -k rest, then the kernel table of 6144x4096, 4096x4096 and 4096x14336 at 1, 32 and 64
+#              rows, q8 and ssq16, with both off / on / off / on (REST32=1, PTI_WG_NARROW=auto); session 40's call 1
+#              ran it with a third setting since removed (PTI_WG_REST_MORE)
+#     rest32-synth one model at 24 and 32 sequences with PTI_WG_REST32 0 / 2 / 0 / 2 (2: down only, not O; JSON
+#              "a"), then twins ab at 128 sequences (64 rows a twin) with PTI_WG_REST_TWINS 0 / 1 / 0 / 1 (JSON "ab")
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -184,15 +183,13 @@ rest32)
   gtest "rest"; i=0
   for cfg in 0 1 0 1; do
     i=$((i + 1))
-    step "kernel table 6144x4096,4096x4096,4096x14336 rows 1,32,64 q8,ssq16 PTI_WG_NARROW=auto REST32, REST_TWINS, REST_MORE=$cfg"
-    ( export PTI_WG_NARROW=auto PTI_WG_REST32=$cfg PTI_WG_REST_TWINS=$cfg PTI_WG_REST_MORE=$cfg
+    step "kernel table 6144x4096,4096x4096,4096x14336 rows 1,32,64 q8,ssq16 PTI_WG_NARROW=auto REST32, REST_TWINS=$cfg"
+    ( export PTI_WG_NARROW=auto PTI_WG_REST32=$cfg PTI_WG_REST_TWINS=$cfg
       ktable "$OUT/kernels_rest32_${cfg}_$i.json" 6144x4096,4096x4096,4096x14336 1,32,64 q8,ssq16 )
   done ;;
 rest32-synth)
-  SYNTH_SEQS=24,32 SYNTH_TWINS=a SYNTH_ENVS="PTI_WG_REST32=0 PTI_WG_REST32=1 PTI_WG_REST32=2 PTI_WG_REST32=0 PTI_WG_REST32=1 PTI_WG_REST32=2" synth_env
-  SYNTH_SEQS=48,64 SYNTH_TWINS=ab SYNTH_ENVS="PTI_WG_REST32=0 PTI_WG_REST32=1,PTI_WG_REST_TWINS=1 PTI_WG_REST32=0 PTI_WG_REST32=1,PTI_WG_REST_TWINS=1" synth_env ;;
-rest-more-synth)
-  SYNTH_SEQS=48,64 SYNTH_TWINS=a SYNTH_ENVS="PTI_WG_REST_MORE=0 PTI_WG_REST_MORE=1 PTI_WG_REST_MORE=0 PTI_WG_REST_MORE=1" synth_env ;;
+  SYNTH_SEQS=24,32 SYNTH_TWINS=a SYNTH_ENVS="PTI_WG_REST32=0 PTI_WG_REST32=2 PTI_WG_REST32=0 PTI_WG_REST32=2" synth_env
+  SYNTH_SEQS=128 SYNTH_TWINS=ab SYNTH_ENVS="PTI_WG_REST_TWINS=0 PTI_WG_REST_TWINS=1 PTI_WG_REST_TWINS=0 PTI_WG_REST_TWINS=1" synth_env ;;
 timeline)
   for cfg in ${TIMELINE_ENVS:-PTI_WG_TWIN_FORMS=1}; do
     step "pass_timeline 8b ${TIMELINE_SEQS:-32} ${TIMELINE_TWINS:-ab} $cfg"

@@ -86,9 +86,10 @@ WG_FIX = (64, "m8_g8", 8, 2, 4, 8, 1)
 # clusters leave free, alongside them.  Same bits: each unit's 8 slices added in slice order either way.  On the H200
 # (30 clusters + 2 units): 4096x14336 at 64 rows on tiles given 37.8 -> 27.4 us, 4096x4096 15.3 -> 13.0; one model
 # +4.1% at 48 sequences and +4.0% at 64 (docs/perf.md, session 39).
-# The same split at 17-32 rows (PTI_WG_REST32, session 40, not yet run on a card: off by default): m4_c8 fits three
-# CTAs a SM, and its 32 clusters land unevenly (16 SMs with three CTAs, 8 with none: session 39's probe).  Split, both
-# launches ask for WG_SMEM_TWO so that no SM takes a third CTA: 30 clusters, and 2 units in m4_d8 in the 24 slots left.
+# The same split at 17-32 rows (PTI_WG_REST32, session 40): m4_c8 fits three CTAs a SM, and its 32 clusters land
+# unevenly (16 SMs with three CTAs, 8 with none: session 39's probe).  Split, both launches ask for WG_SMEM_TWO so
+# that no SM takes a third CTA: 30 clusters, and 2 units in m4_d8 in the 24 slots left.  On the H200 (tiles given,
+# Q8, 32 rows): down 25.9 -> 22.2 us (x1.74 -> x1.48), O 10.4 -> 10.5 (hence PTI_WG_REST32=2: the long K only).
 # By cluster form: its rest form's entry, as WG_VARIANTS'.
 WG_RESTS = {"m8_c8": (64, "m8_d8", 8, 2, 4, 8, 2), "m4_c8": (32, "m4_d8", 4, 2, 4, 8, 2)}
 # Two twins at 9-16 rows a twin of the narrow class (down): clusters of 4 (two slices a CTA, 16 tile rows) at three
@@ -121,8 +122,8 @@ def wg_twin_forms() -> dict:
 def wg_rest_setting() -> dict[str, int]:
     """The cluster forms whose launches the rest form splits (WG_RESTS, CudaBackend.wg_rest_units), each with the
     fewest K it splits: PTI_WG_REST (default 1) m8_c8 (33-64 rows; 0: one launch, two waves, session 38's path, for
-    A/B runs); PTI_WG_REST32 (default 0, not yet measured) m4_c8 (17-32 rows) too, 1 on any K, 2 only on the narrow
-    class's long K (WG_MIN_K: an 8B model's down, not its O)."""
+    A/B runs); PTI_WG_REST32 (default 0 until the model is measured) m4_c8 (17-32 rows) too, 1 on any K, 2 only on
+    the narrow class's long K (WG_MIN_K: an 8B model's down, not its O)."""
     v, v32 = os.environ.get("PTI_WG_REST", "1"), os.environ.get("PTI_WG_REST32", "0")
     if v not in ("0", "1"):
         raise PtiError(f"PTI_WG_REST must be 0 or 1, not {v!r}")
@@ -142,19 +143,17 @@ def env_switch(var: str, default: str = "1") -> bool:
     return v == "1"
 
 
+# The cluster forms whose two-twin launches PTI_WG_REST_TWINS splits one a twin.  On the H200 (session 40, tiles
+# given): down (4096x14336) in SSQ16 at 64 rows a twin 60.8 -> 55.6 us (x2.08 -> x1.89).  At 32 rows (m4_c8, with
+# PTI_WG_REST32) down was 43.5 -> 43.9 and O 16.6 -> 21.3: two launches of half the work do not fill the card.
+WG_TWINS_APART = ("m8_c8",)
+
+
 def wg_rest_twins_setting() -> bool:
-    """PTI_WG_REST_TWINS (default 0, not yet measured; session 40): a launch of two twins whose one-twin launches the
-    rest form splits goes as one launch a twin, each split (a 4096-row matrix's 64 clusters of 8 at 33-64 rows a twin
-    run in three rounds of the 30 the card holds; two split launches take two)."""
+    """PTI_WG_REST_TWINS (default 0; session 40): a launch of two twins of a form of WG_TWINS_APART whose one-twin
+    launches the rest form splits goes as one launch a twin, each split (a 4096-row matrix's 64 clusters of 8 at
+    33-64 rows a twin run in three rounds of the 30 the card holds; two split launches take two)."""
     return env_switch("PTI_WG_REST_TWINS", "0")
-
-
-def wg_rest_more_setting() -> bool:
-    """PTI_WG_REST_MORE (default 0, not yet measured; session 40): the rest form also splits a launch whose units left
-    over outnumber the free CTA slots (up to every slot at two CTAs a SM: they take the clusters' slots as those
-    finish, spread one or two a SM where a second round of clusters lands unevenly), and one whose inv CTAs (whole
-    clusters) ride in the clusters' launch: QKV at 64 rows, 48 units and an inv cluster against 30 resident."""
-    return env_switch("PTI_WG_REST_MORE", "0")
 
 
 def wg_rest_form(name: str) -> str | None:
@@ -500,7 +499,6 @@ class KernelBackend(Backend):
         self.wg_split_a_sm: dict[str, int] = {}
         self.wg_rest: dict[str, int] = {}   # the cluster forms the rest form splits (wg_rest_setting, read at load)
         self.wg_rest_twins = False   # two twins' launches that it splits go one a twin (wg_rest_twins_setting)
-        self.wg_rest_more = False   # and past the free slots, and with inv CTAs (wg_rest_more_setting)
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -612,25 +610,23 @@ class KernelBackend(Backend):
     def wg_rest_units(self, name: str, units: int, twins: int, n_inv: int, k: int) -> int:
         """How many of a launch's `units` go to the rest form's second launch (WG_RESTS): those past the clusters the
         card holds at once at the split's shared memory (wg_split_smem), where their CTAs fit the slots the clusters
-        leave free; 0: one launch.  Only one twin, of a cluster form the backend splits (wg_rest_setting, read when
-        the kernels load) at this K; with PTI_WG_REST_MORE=1 (wg_rest_more_setting) also past the free slots, up to
-        every slot (no deadlock: the clusters' launch waits on nothing of the rest's, and once it ends every rest CTA
-        fits), and with inv CTAs, whole clusters in the clusters' launch; without it, none."""
+        leave free; 0: one launch.  Only one twin without inv CTAs (whole clusters of their own), of a cluster form
+        the backend splits (wg_rest_setting, read when the kernels load) at this K.  (Past the free slots, and with
+        the inv CTAs in the clusters' launch, QKV's 48 units at 64 rows were slower: 18.8 -> 20.8 us, session 40.)"""
         form, rest = wg_rest_form(name), wg_rest_name(name)
-        if not (form in self.wg_rest and twins == 1 and k >= self.wg_rest[form] and rest in self.wg_split_a_sm):
+        if not (form in self.wg_rest and twins == 1 and n_inv == 0 and k >= self.wg_rest[form]
+                and rest in self.wg_split_a_sm):
             return 0
-        c, clusters = WG_RESTS[form][5], self.wg_split_resident.get(name, 0)
-        if n_inv and not (self.wg_rest_more and n_inv % c == 0):
-            return 0
-        fit = clusters - n_inv // c   # the units in the clusters' launch, after its inv CTAs' clusters
-        slots = self.wg_split_a_sm[rest] * self.sm_count
-        room = slots if self.wg_rest_more else slots - c * clusters
-        return units - fit if 0 < fit < units and c * (units - fit) <= room else 0
+        fit, c = self.wg_split_resident.get(name, 0), WG_RESTS[form][5]
+        free = self.wg_split_a_sm[rest] * self.sm_count - c * fit
+        return units - fit if 0 < units - fit and c * (units - fit) <= free else 0
 
     def wg_twins_apart(self, name: str, units: int, twins: int, n_inv: int, k: int) -> bool:
         """Whether a launch of `twins` twins of form `name` goes as one launch a twin, each split by the rest form
-        (PTI_WG_REST_TWINS=1, read when the kernels load; n_inv: each launch's inv CTAs)."""
-        return self.wg_rest_twins and twins == 2 and self.wg_rest_units(name, units, 1, n_inv, k) > 0
+        (PTI_WG_REST_TWINS=1, read when the kernels load; n_inv: each launch's inv CTAs): only the forms of
+        WG_TWINS_APART."""
+        return (self.wg_rest_twins and twins == 2 and wg_rest_form(name) in WG_TWINS_APART
+                and self.wg_rest_units(name, units, 1, n_inv, k) > 0)
 
     @staticmethod
     def wg_split_smem(smem: int) -> int:
@@ -988,7 +984,7 @@ class CudaBackend(KernelBackend):
         card with less shared memory) is left to the policy kernels."""
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
         classes, self.wg_min_k, self.wg_table = wg_classes_wanted(), wg_min_k_wanted(), wg_variants()
-        self.wg_rest, self.wg_rest_twins, self.wg_rest_more = wg_rest_setting(), wg_rest_twins_setting(), wg_rest_more_setting()
+        self.wg_rest, self.wg_rest_twins = wg_rest_setting(), wg_rest_twins_setting()
         for cls in classes:
             rest = tuple(WG_RESTS[f] for f in self.wg_rest) if cls == "n" else ()
             for _, suffix, mt, pb, slots, c, fix in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()) + rest:

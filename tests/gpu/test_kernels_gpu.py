@@ -342,11 +342,10 @@ def wg_fix_backend():
 def wg_rest_backend():
     """The cluster forms with one twin's 64-row launches of 4096-row matrices split by the rest form (PTI_WG_REST=1,
     the default since session 39: the units past the card's resident clusters in m8_d8, alongside them), its 17-32
-    row launches too (PTI_WG_REST32=1, on any K: m4_c8 at two CTAs a SM, the rest in m4_d8), two twins' launches
-    of these as one split launch a twin (PTI_WG_REST_TWINS=1), and the units left over past the free slots
-    (PTI_WG_REST_MORE=1: a 6144-row matrix's 18 at 64 rows).  The cluster and fixup backends here leave them all
-    off (backend_with_wgmma), so each form is tested alone."""
-    return backend_with_wgmma("1", "1", rest="1", rest32="1", rest_twins="1", rest_more="1")
+    row launches too (PTI_WG_REST32=1, on any K: m4_c8 at two CTAs a SM, the rest in m4_d8), and two twins'
+    launches of m8_c8 as one split launch a twin (PTI_WG_REST_TWINS=1).  The cluster and fixup backends here leave
+    them all off (backend_with_wgmma), so each form is tested alone."""
+    return backend_with_wgmma("1", "1", rest="1", rest32="1", rest_twins="1")
 
 
 @pytest.fixture(params=["cluster", "fixup", "rest"])
@@ -676,20 +675,20 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
     own = WG_TWIN_SETTINGS[twin_forms].get(width_class(n / 16 / be.sm_count)) if twins == 2 else None
     assert {c.rsplit("_", 2)[-2] + "_" + c.rsplit("_", 1)[-1] for c in calls if "_m2_c" in c} == ({own[1]} if own else set()), calls
     assert any(c.endswith("_g8") for c in calls) == bool(fix)
-    if be.wg_rest:   # the rest form split these launches (more units than resident clusters), a twin's
+    if be.wg_rest and n == 4096:   # the rest form split these launches (more units than resident clusters), a twin's
         from pti_cli.backends.cuda import wg_rest_form
-        assert set(be.wg_rest) == {"m8_c8", "m4_c8"} and be.wg_rest_twins and be.wg_rest_more
-        split = [c for c in calls if wg_rest_form(c)]   # 6144 rows: m8_c8's 18 left over, past the free slots
-        assert {wg_rest_form(c) for c in split} == ({"m8_c8", "m4_c8"} if n == 4096 else {"m8_c8"}), calls
-        assert all(be.wg_rest_units(c, n // 128, 1, 0, k) == n // 128 - be.wg_split_resident[c] > 0
-                   and be.wg_twins_apart(c, n // 128, twins, 0, k) == (twins == 2) for c in split), split
+        assert set(be.wg_rest) == {"m8_c8", "m4_c8"} and be.wg_rest_twins
+        split = [c for c in calls if wg_rest_form(c)]
+        assert {wg_rest_form(c) for c in split} == {"m8_c8", "m4_c8"}, calls
+        assert all(be.wg_rest_units(c, n // 128, 1, 0, k) == n // 128 - be.wg_split_resident[c] > 0 for c in split)
+        assert all(be.wg_twins_apart(c, n // 128, twins, 0, k) == (twins == 2 and c.endswith("_m8_c8")) for c in split)
 
 
 @pytest.mark.parametrize("twins", [1, 2])
 @pytest.mark.parametrize("m", [64, 36, 32])
 def test_hopper_rest_form_in_a_graph_launch_after_launch(policy_backend, wg_rest_backend, m, twins):
-    """The rest form (PTI_WG_REST=1, at 17-32 rows PTI_WG_REST32=1; two twins one split launch a twin,
-    PTI_WG_REST_TWINS=1, twin B 5 rows fewer: at 36 and 31 rows both in the 64-row form) captured in a CUDA graph
+    """The rest form (PTI_WG_REST=1, at 17-32 rows PTI_WG_REST32=1; two twins at 33-64 rows one split launch a
+    twin, PTI_WG_REST_TWINS=1, twin B 5 rows fewer: at 36 and 31 rows both in the 64-row form) captured in a CUDA graph
     of three matmuls in a row, replayed three times: each output bit for bit the policy's on fresh inputs (the
     counts set back by every launch, each rest launch reading its inputs unwaited and waiting for its clusters'
     launch), also with a gate/up's silu(gate) * up."""
@@ -704,7 +703,7 @@ def test_hopper_rest_form_in_a_graph_launch_after_launch(policy_backend, wg_rest
         cols, dt = (n // 2, torch.bfloat16) if glu else (n, torch.float32)
         name = be.wg_kernel(m, dt, glu, rows=n, twins=twins)[0]
         assert be.wg_rest_units(name, n // 128, 1, 0, k) > 0, name
-        assert be.wg_twins_apart(name, n // 128, twins, 0, k) == (twins == 2), name
+        assert be.wg_twins_apart(name, n // 128, twins, 0, k) == (twins == 2 and m > 32), name   # (m8_c8 only)
 
         def run(b, w, x, y):   # one matmul: one twin, or both (the same rows through each)
             if twins == 1:

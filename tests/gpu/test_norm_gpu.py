@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pti_cli.gpu_model import INV_IN_EPILOGUE_ROWS, make_linear, norm_parts
-from wg_helpers import backend_with_wgmma, row_of_tiles, tile_layout
+from wg_helpers import row_of_tiles, tile_layout
 
 pytestmark = pytest.mark.gpu
 
@@ -224,29 +224,15 @@ def test_inv_ctas_form_of_every_variant(backend, ops, monkeypatch):
 
 
 
-@pytest.fixture(scope="module")
-def rest_more_backend():
-    """The default backend with the rest form's opt-in settings on (PTI_WG_REST32, PTI_WG_REST_TWINS and
-    PTI_WG_REST_MORE: a 6144-row matrix at 33-64 rows split with its inv CTAs in the clusters' launch)."""
-    if not torch.cuda.is_available():
-        pytest.fail("no GPU visible to torch")
-    return backend_with_wgmma("1", "auto", rest="1", rest32="1", rest_twins="1", rest_more="1")
-
-
-@pytest.mark.parametrize("which", ["default", "rest_more"])
 @pytest.mark.parametrize("twins", [1, 2])
-def test_residual_lays_out_tiles_for_the_hopper_matmul(request, ops, twins, which):
+def test_residual_lays_out_tiles_for_the_hopper_matmul(backend, ops, twins):
     """A residual launch of the policy kernels given the next matrix's input_tiles (Epilogue.to) also writes u
     in the tile layout pti_wg_tiles gives, where the Hopper kernels take that matrix (a cluster form at 6144 rows,
     the one-CTA form on a tall one), and sets the inv slots pending; the Hopper matmul on those tiles, its own
     first CTAs summing the inv, gives the bits of the pti_wg_tiles path, also with no inv CTA (every matmul CTA
     sums the rows itself).  Plain, float32 and silu(gate) * up outputs; 17, 40 and 64 rows of one twin, 40, 64
-    and 100 of two (split unevenly).  On the default backend and on one with the rest form's opt-in settings,
-    where 6144 rows at 33-64 rows a twin go as 30 clusters (the first the inv CTAs') and the units left over, one
-    launch pair a twin: the rest's CTAs read the inv slots the clusters' launch fills, or sum the rows themselves;
-    there the default backend's unsplit launch on the same tiles gives the bits too."""
+    and 100 of two (split unevenly)."""
     from pti_cli.backends.cuda import Epilogue
-    backend = request.getfixturevalue("backend" if which == "default" else "rest_more_backend")
     d = 1024
     res = make_linear([rand_q8(d, 512) for _ in range(twins)], DEV, backend)   # (K 512: the policy's)
     g = norm_weights(twins, d)
@@ -278,10 +264,6 @@ def test_residual_lays_out_tiles_for_the_hopper_matmul(request, ops, twins, whic
                 want = tile_layout(u[lo:hi].view(torch.int16), nr)
                 assert torch.equal(t.view(torch.int16)[live], want[live]), (m, kind, lo)
             bits = torch.int32 if kind == "w_f32" else torch.int16
-            if which == "rest_more" and kind != "x_glu" and max(hi - lo for _, lo, hi in parts) > 32:
-                name = backend.wg_kernel(max(hi - lo for _, lo, hi in parts), torch.float32 if kind == "w_f32"
-                                         else torch.bfloat16, rows=6144, twins=len(parts))[0]
-                assert backend.wg_rest_units(name, 48, 1, 8, d) == 19, name   # 29 units + the inv cluster, 19 beside
             want = lin.scaled(u, p, 1e-5, n_a)   # the pti_wg_tiles launch, summing the inv
             s = inv.clone()
             got = lin.scaled(u, p, 1e-5, n_a, s, tiles)
@@ -293,9 +275,3 @@ def test_residual_lays_out_tiles_for_the_hopper_matmul(request, ops, twins, whic
             backend.matmul_epi([t for t, _, _ in parts], cut(u), lin.w, cut(got),
                                Epilogue(p.shape[1], 1e-5, pin=cut(p), inv=cut(s), ti=tiles, no_inv_ctas=True))
             assert (s.view(torch.int32) == -1).all() and torch.equal(got.view(bits), want.view(bits)), (m, kind)
-            if which == "rest_more":   # the same launch unsplit (the default backend), with its inv CTAs: the same bits
-                ref = torch.full_like(want, float("nan"))
-                request.getfixturevalue("backend").matmul_epi(
-                    [t for t, _, _ in parts], cut(u), lin.w, cut(ref),
-                    Epilogue(p.shape[1], 1e-5, pin=cut(p), inv=cut(inv.clone()), ti=tiles))
-                assert torch.equal(ref.view(bits), want.view(bits)), (m, kind)
