@@ -835,6 +835,7 @@ def test_hopper_rest_form_split_rule(monkeypatch):
     assert (wg_rest_name(c8), wg_rest_name(c4), wg_rest_name("pti_wg_bf16_f32_m4_c4")) == (d8, d4, None)
     # the H200's (session 39): 30 clusters of 8 at two CTAs a SM; m4_c8 holds 45 at its own shared memory (three a SM)
     be.sm_count, be.wg_split_resident, be.wg_split_a_sm = 132, {c8: 30, c4: 30}, {d8: 2, d4: 2}
+    be.wg_split_slack = 0
     k, short = 14336, WG_MIN_K["n"] - 32
     monkeypatch.setenv("PTI_WG_REST", "0")
     be.wg_rest = wg_rest_setting()

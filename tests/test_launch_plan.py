@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pti_cli.backends.cuda import (WG_SMEM_TWO, WG_VARIANTS, CudaBackend, Epilogue, wg_rest_setting,
-                                   wg_rest_twins_setting, wg_smem)
+                                   wg_rest_twins_setting, wg_smem, wg_split_slack_setting)
 from pti_cli.backends.repack import Packed
 from pti_cli.errors import PtiError
 
@@ -44,6 +44,7 @@ def backend(monkeypatch, **env) -> CudaBackend:
     be.device, be.sm_count, be.pdl, be._drv = torch.device("cpu"), 132, True, RecordingDriver()
     be.wg_table, be._tiles, be._fix, be.smem_two, be.ctas_a_sm = WG_VARIANTS, {}, {}, {}, {}
     be.wg_rest, be.wg_rest_twins = wg_rest_setting(), wg_rest_twins_setting()
+    be.wg_split_slack = wg_split_slack_setting()
     be.wg_funcs, be.smem, be.wg_split_resident, be.wg_split_a_sm = {"pti_wg_tiles": "pti_wg_tiles"}, {}, {}, {}
     forms = [v for vs in WG_VARIANTS.values() for v in vs] + [(0, "m8_d8", 8, 2, 4, 8, 2), (0, "m4_d8", 4, 2, 4, 8, 2)]
     for _, suffix, mt, pb, slots, c, fix in forms:
@@ -120,6 +121,31 @@ def test_rest32_holds_m4_c8_to_two_ctas_a_sm(monkeypatch, value):
     assert plan(be, 4096, 14336, [20], given(20, 14336, 32)) == split
     short = plan(be, 4096, 4096, [20], given(20, 4096, 32))
     assert short == (split if value == "1" else [("m4_c8", 256, 1, wg_smem(4, 2, 4, 8), 8, 0, 0, 0, 20, 20)])
+
+
+@pytest.mark.parametrize("slack", [1, 2])
+def test_split_slack_leaves_clusters_to_the_rest(monkeypatch, slack):
+    """PTI_WG_SPLIT_SLACK: the split's clusters are that many fewer than the card holds (30), their units in the rest
+    launch, which starts at the first unit past them; at 64 rows (m8_c8) and, with REST32, at 17-32 (m4_c8)."""
+    be = backend(monkeypatch, REST32="2", SPLIT_SLACK=str(slack))
+    fit = 30 - slack
+    assert plan(be, 4096, 2048, [64]) == [("m8_c8", 8 * fit, 1, WG_SMEM_TWO, 8, 8, 0, 0, 64, 64),
+                                          ("m8_d8", 8 * (32 - fit), 1, WG_SMEM_TWO, 0, 16, fit, 0, 64, 64)]
+    assert plan(be, 4096, 14336, [24], given(24, 14336, 32)) == [
+        ("m4_c8", 8 * fit, 1, WG_SMEM_TWO, 8, 8, 0, 0, 24, 24), ("m4_d8", 8 * (32 - fit), 1, WG_SMEM_TWO, 0, 16, fit, 0, 24, 24)]
+
+
+def test_split_slack_setting_errors(monkeypatch):
+    """A bad PTI_WG_SPLIT_SLACK is a PtiError naming the setting; the units left over must still fit the free
+    slots, or the launch is not split."""
+    for bad in ("5", "-1", "x", "1.5"):
+        monkeypatch.setenv("PTI_WG_SPLIT_SLACK", bad)
+        with pytest.raises(PtiError, match="PTI_WG_SPLIT_SLACK"):
+            wg_split_slack_setting()
+    be = backend(monkeypatch, SPLIT_SLACK="4")   # 26 clusters: 6 units, 48 CTAs in 264 - 208 = 56 free slots
+    assert [p[0] for p in plan(be, 4096, 2048, [64])] == ["m8_c8", "m8_d8"]
+    be.wg_split_a_sm = {k: 1 for k in be.wg_split_a_sm}   # one CTA a SM: no free slot (132 - 208), one launch
+    assert [p[0] for p in plan(be, 4096, 2048, [64])] == ["m8_c8"]
 
 
 def test_rest_twins_one_split_launch_a_twin_in_the_two_twins_form(monkeypatch):

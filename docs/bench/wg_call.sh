@@ -64,6 +64,11 @@
 #              the GPU tests -k rest, then the kernel table of 6144x4096, 4096x4096 and 4096x14336 at 1, 32 and 64
 #              rows, q8 and ssq16, with both off / on / off / on (REST32=1, PTI_WG_NARROW=auto); session 40's call 1
 #              ran it with a third setting since removed (PTI_WG_REST_MORE)
+#     rest32-table the kernel table of down and O (4096x14336, 4096x4096) at REST_ROWS (default 24,32) rows, q8,
+#              with PTI_WG_REST32 0 / 2 / 0 / 2 (session 41: the model lost with REST32=2 on an H100)
+#     slack        session 41's PTI_WG_SPLIT_SLACK (a split's clusters two fewer than the card holds): the GPU tests -k
+#              rest (their rest backend has it at 2), then one model at 24, 32 and 64 sequences with REST32=0 and with
+#              REST32=2 plus SPLIT_SLACK=2, alternated twice (at 64 that compares the 64-row split's slack 0 and 2)
 #     rest32-synth one model at 24 and 32 sequences with PTI_WG_REST32 0 / 2 / 0 / 2 (2: down only, not O; JSON
 #              "a"), then twins ab at 128 sequences (64 rows a twin) with PTI_WG_REST_TWINS 0 / 1 / 0 / 1 (JSON "ab")
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
@@ -187,6 +192,17 @@ rest32)
     ( export PTI_WG_NARROW=auto PTI_WG_REST32=$cfg PTI_WG_REST_TWINS=$cfg
       ktable "$OUT/kernels_rest32_${cfg}_$i.json" 6144x4096,4096x4096,4096x14336 1,32,64 q8,ssq16 )
   done ;;
+rest32-table)
+  i=0
+  for cfg in 0 2 0 2; do
+    i=$((i + 1))
+    step "kernel table 4096x14336,4096x4096 rows ${REST_ROWS:-24,32} q8 PTI_WG_NARROW=auto PTI_WG_REST32=$cfg"
+    ( export PTI_WG_NARROW=auto PTI_WG_REST32=$cfg; ktable "$OUT/kernels_rest32_${cfg}_$i.json" 4096x14336,4096x4096 ${REST_ROWS:-24,32} q8 )
+  done ;;
+slack)
+  gtest rest
+  SYNTH_SEQS=24,32,64 SYNTH_TWINS=a SYNTH_ENVS="PTI_WG_REST32=0 PTI_WG_REST32=2,PTI_WG_SPLIT_SLACK=2 PTI_WG_REST32=0
+      PTI_WG_REST32=2,PTI_WG_SPLIT_SLACK=2" synth_env ;;
 rest32-synth)
   SYNTH_SEQS=24,32 SYNTH_TWINS=a SYNTH_ENVS="PTI_WG_REST32=0 PTI_WG_REST32=2 PTI_WG_REST32=0 PTI_WG_REST32=2" synth_env
   SYNTH_SEQS=128 SYNTH_TWINS=ab SYNTH_ENVS="PTI_WG_REST_TWINS=0 PTI_WG_REST_TWINS=1 PTI_WG_REST_TWINS=0 PTI_WG_REST_TWINS=1" synth_env ;;

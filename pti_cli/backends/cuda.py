@@ -135,6 +135,19 @@ def wg_rest_setting() -> dict[str, int]:
     return forms
 
 
+def wg_split_slack_setting() -> int:
+    """PTI_WG_SPLIT_SLACK (default 0; session 41): how many clusters fewer than the card holds at once (at the split's
+    shared memory) a split launch's clusters take; their units go to the rest launch too, where they must fit the
+    free slots.  On an H100 (session 41) one model at 24 sequences was 7% slower with PTI_WG_REST32=2 though the
+    table was level: in the pass each down took 10 us more.  The card holds exactly 30 clusters of 8 at two CTAs a
+    SM (its GPCs of 8 and 18 SMs), so a placement short of perfect, as the launch before drains, leaves the last
+    cluster a second round; 28 clusters leave room for two misplaced ones.  For A/B runs."""
+    v = os.environ.get("PTI_WG_SPLIT_SLACK", "0")
+    if v not in ("0", "1", "2", "3", "4"):
+        raise PtiError(f"PTI_WG_SPLIT_SLACK must be 0-4, not {v!r}")
+    return int(v)
+
+
 def env_switch(var: str, default: str = "1") -> bool:
     """An on/off setting for A/B runs: 1 on, 0 off, unset the default."""
     v = os.environ.get(var) or default
@@ -499,6 +512,7 @@ class KernelBackend(Backend):
         self.wg_split_a_sm: dict[str, int] = {}
         self.wg_rest: dict[str, int] = {}   # the cluster forms the rest form splits (wg_rest_setting, read at load)
         self.wg_rest_twins = False   # two twins' launches that it splits go one a twin (wg_rest_twins_setting)
+        self.wg_split_slack = 0   # the clusters a split leaves out of those the card holds (wg_split_slack_setting)
         self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.funcs: dict[str, object] = {}
         self.smem: dict[str, int] = {}       # dynamic shared memory per kernel
@@ -611,15 +625,16 @@ class KernelBackend(Backend):
         """How many of a launch's `units` go to the rest form's second launch (WG_RESTS): those past the clusters the
         card holds at once at the split's shared memory (wg_split_smem), where their CTAs fit the slots the clusters
         leave free; 0: one launch.  Only one twin without inv CTAs (whole clusters of their own), of a cluster form
-        the backend splits (wg_rest_setting, read when the kernels load) at this K.  (Past the free slots, and with
+        the backend splits (wg_rest_setting, read when the kernels load) at this K; PTI_WG_SPLIT_SLACK clusters fewer
+        than the card holds (wg_split_slack_setting).  (Past the free slots, and with
         the inv CTAs in the clusters' launch, QKV's 48 units at 64 rows were slower: 18.8 -> 20.8 us, session 40.)"""
         form, rest = wg_rest_form(name), wg_rest_name(name)
         if not (form in self.wg_rest and twins == 1 and n_inv == 0 and k >= self.wg_rest[form]
                 and rest in self.wg_split_a_sm):
             return 0
-        fit, c = self.wg_split_resident.get(name, 0), WG_RESTS[form][5]
+        fit, c = self.wg_split_resident.get(name, 0) - self.wg_split_slack, WG_RESTS[form][5]
         free = self.wg_split_a_sm[rest] * self.sm_count - c * fit
-        return units - fit if 0 < units - fit and c * (units - fit) <= free else 0
+        return units - fit if 0 < fit < units and c * (units - fit) <= free else 0
 
     def wg_twins_apart(self, name: str, units: int, twins: int, n_inv: int, k: int) -> bool:
         """Whether a launch of `twins` twins of form `name` goes as one launch a twin, each split by the rest form
@@ -985,6 +1000,7 @@ class CudaBackend(KernelBackend):
         self.wg_funcs = {"pti_wg_tiles": _cu(driver.cuModuleGetFunction(self.module, b"pti_wg_tiles"), "pti_wg_tiles")}
         classes, self.wg_min_k, self.wg_table = wg_classes_wanted(), wg_min_k_wanted(), wg_variants()
         self.wg_rest, self.wg_rest_twins = wg_rest_setting(), wg_rest_twins_setting()
+        self.wg_split_slack = wg_split_slack_setting()
         for cls in classes:
             rest = tuple(WG_RESTS[f] for f in self.wg_rest) if cls == "n" else ()
             for _, suffix, mt, pb, slots, c, fix in self.wg_table[cls] + WG_TWIN_VARIANTS.get(cls, ()) + rest:

@@ -343,9 +343,10 @@ def wg_rest_backend():
     """The cluster forms with one twin's 64-row launches of 4096-row matrices split by the rest form (PTI_WG_REST=1,
     the default since session 39: the units past the card's resident clusters in m8_d8, alongside them), its 17-32
     row launches too (PTI_WG_REST32=1, on any K: m4_c8 at two CTAs a SM, the rest in m4_d8), and two twins'
-    launches of m8_c8 as one split launch a twin (PTI_WG_REST_TWINS=1).  The cluster and fixup backends here leave
+    launches of m8_c8 as one split launch a twin (PTI_WG_REST_TWINS=1), each split with two clusters fewer than the
+    card holds (PTI_WG_SPLIT_SLACK=2).  The cluster and fixup backends here leave
     them all off (backend_with_wgmma), so each form is tested alone."""
-    return backend_with_wgmma("1", "1", rest="1", rest32="1", rest_twins="1")
+    return backend_with_wgmma("1", "1", rest="1", rest32="1", rest_twins="1", split_slack="2")
 
 
 @pytest.fixture(params=["cluster", "fixup", "rest"])
@@ -680,7 +681,8 @@ def test_hopper_cluster_forms_give_the_policy_bits(policy_backend, narrow_backen
         assert set(be.wg_rest) == {"m8_c8", "m4_c8"} and be.wg_rest_twins
         split = [c for c in calls if wg_rest_form(c)]
         assert {wg_rest_form(c) for c in split} == {"m8_c8", "m4_c8"}, calls
-        assert all(be.wg_rest_units(c, n // 128, 1, 0, k) == n // 128 - be.wg_split_resident[c] > 0 for c in split)
+        assert be.wg_split_slack == 2
+        assert all(be.wg_rest_units(c, n // 128, 1, 0, k) == n // 128 - be.wg_split_resident[c] + 2 > 0 for c in split)
         assert all(be.wg_twins_apart(c, n // 128, twins, 0, k) == (twins == 2 and c.endswith("_m8_c8")) for c in split)
 
 

@@ -24,13 +24,14 @@ def row_of_tiles(nr: int, k: int, device="cuda") -> torch.Tensor:
 
 
 def backend_with_wgmma(flag: str, narrow: str = "0", fix: str = "0", rest: str = "0", rest32: str = "0",
-                       rest_twins: str = "0"):
+                       rest_twins: str = "0", split_slack: str = "0"):
     """A CUDA backend built with PTI_WGMMA=flag, PTI_WG_NARROW=narrow, PTI_WG_FIX=fix and the rest form's settings
-    (PTI_WG_REST=rest, PTI_WG_REST32=rest32, PTI_WG_REST_TWINS=rest_twins), whatever the session's environment says."""
+    (PTI_WG_REST=rest, PTI_WG_REST32=rest32, PTI_WG_REST_TWINS=rest_twins, PTI_WG_SPLIT_SLACK=split_slack), whatever
+    the session's environment says."""
     import os
     from pti_cli.backends.cuda import CudaBackend
     want = {"PTI_WGMMA": flag, "PTI_WG_NARROW": narrow, "PTI_WG_FIX": fix, "PTI_WG_REST": rest, "PTI_WG_REST32": rest32,
-            "PTI_WG_REST_TWINS": rest_twins}
+            "PTI_WG_REST_TWINS": rest_twins, "PTI_WG_SPLIT_SLACK": split_slack}
     old = {k: os.environ.get(k) for k in want}
     os.environ.update(want)
     try:
