@@ -197,7 +197,7 @@ rest32-table)
   for cfg in 0 2 0 2; do
     i=$((i + 1))
     step "kernel table 4096x14336,4096x4096 rows ${REST_ROWS:-24,32} q8 PTI_WG_NARROW=auto PTI_WG_REST32=$cfg"
-    ( export PTI_WG_NARROW=auto PTI_WG_REST32=$cfg; ktable "$OUT/kernels_rest32_${cfg}_$i.json" 4096x14336,4096x4096 ${REST_ROWS:-24,32} q8 )
+    ( export PTI_WG_NARROW=auto PTI_WG_REST32=$cfg; ktable "$OUT/kernels_rest32t_${cfg}_$i.json" 4096x14336,4096x4096 ${REST_ROWS:-24,32} q8 )
   done ;;
 slack)
   gtest rest
