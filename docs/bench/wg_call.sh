@@ -71,6 +71,9 @@
 #              REST32=2 plus SPLIT_SLACK=2, alternated twice (at 64 that compares the 64-row split's slack 0 and 2)
 #     rest32-synth one model at 24 and 32 sequences with PTI_WG_REST32 0 / 2 / 0 / 2 (2: down only, not O; JSON
 #              "a"), then twins ab at 128 sequences (64 rows a twin) with PTI_WG_REST_TWINS 0 / 1 / 0 / 1 (JSON "ab")
+#     vsweep       the policy kernels' variants (VSWEEP_VARIANTS, default every one-row and 16-row variant loaded) on
+#              VSWEEP_SHAPES (default 6144x4096,4096x4096) at 1, 8 and 16 rows, q8 and ssq16, twice (session 43: are
+#              the H200's choices the fastest on an H100 too?), JSON vsweep_1.json and vsweep_2.json
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -323,6 +326,19 @@ short-two)
   SYNTH_TWINS=ab SYNTH_SEQS=40,64 SYNTH_ENVS="PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32 PTI_WG_SHORT_TWO=16 PTI_WG_SHORT_TWO=32" synth_env ;;
 attn-ab)
   SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env ;;
+vsweep)
+  for i in 1 2; do
+    step "policy variants on ${VSWEEP_SHAPES:-6144x4096,4096x4096} at 1, 8, 16 rows (round $i)"
+    timeout 200 python3 - "$OUT/vsweep_$i.json" "${VSWEEP_SHAPES:-6144x4096,4096x4096}" "${VSWEEP_VARIANTS:-t1_r1_m1_u2,t1_r1_m1_u4,t1_r1_m1_u4_p1,t1_r1_m1_u8,t1_r2_m1_u4,t1_r1_m2_u1,t1_r1_m2_u1_p1,t1_r1_m2_u2_p1,t1_r1_m2_u3,t1_r1_m2_u4,t1_r1_m2_u6,t1_r1_m2_u8,t1_r2_m2_u4,t2_r1_m1_u2,t2_r1_m1_u2_p1,t2_r2_m1_u2}" >> "$LOG" 2>&1 <<'PY'
+import json, sys
+from pti_cli.bench_kernels import bench_kernels, print_table
+out, shapes, variants = sys.argv[1:4]
+res = bench_kernels(shapes=tuple(tuple(int(v) for v in s.split("x")) for s in shapes.split(",")), ms=(1, 8, 16),
+                    variants=tuple(variants.split(",")))
+print_table(res)
+open(out, "w").write(json.dumps(res, indent=1))
+PY
+  done ;;
 cluster-probe)
   step "cluster placement probe"
   timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1 ;;
