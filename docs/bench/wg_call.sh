@@ -218,7 +218,7 @@ timeline)
   done ;;
 synth-all)
   step "bench --synthetic 8b --seqs 1,2,4,8,16,32,64 --twins a,ab"
-  timeout 200 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,2,4,8,16,32,64 --twins a,ab --repeats 3 \
+  timeout 420 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,2,4,8,16,32,64 --twins a,ab --repeats 3 \
       --json "$OUT/synth_8b_all.json" 2>&1 | grep -v "^[┏┡└]" | tail -24 >> "$LOG" ;;
 synth-twin-min)
   for v in ${TWIN_MINS:-17 9 17 9}; do
@@ -238,7 +238,7 @@ kernels|kernels16)
   act=bf16; [ "$s" = kernels16 ] && act=f16
   step "pti bench --kernels --kernel-act $act (issue 4's table; the Hopper rows also as \"given\")"
   timeout 240 python3 -m pti_cli.cli bench --kernels --kernel-act $act --json "$OUT/kernels_$act.json" 2>&1 \
-      | grep -v "^[┏┡└]" | tail -80 >> "$LOG" ;;
+      | grep -v "^[┏┡└]" | tail -100 >> "$LOG" ;;
 waves)
   step "cluster waves: 64 rows of the cluster forms at 30 and 32 units of 128 rows, and at 60 (PTI_WG_NARROW=1)"
   PTI_WG_NARROW=1 ktable "$OUT/waves.json" 3840x4096,4096x4096,7680x4096,3840x14336,4096x14336 1,32,64 q8 ;;
