@@ -223,6 +223,22 @@ def target_cells(res: dict) -> list[dict]:
     return cells
 
 
+def _cell_text(cell: dict) -> str:
+    return f"{cell['value']:.2f}%" if cell["target"] in ("1-8 rows", "16 rows") else f"x{cell['value']:.2f}"
+
+
+def markdown_targets(cells: list[dict]) -> str:
+    """The targets table as Markdown (the README's), met cells in bold, then the count."""
+    lines = ["| kind | N x K | " + " | ".join(name for name, *_ in TARGETS) + " |",
+             "| --- | --- |" + " --- |" * len(TARGETS)]
+    for kind, n, k in dict.fromkeys((c["kind"], c["n"], c["k"]) for c in cells):
+        got = {c["target"]: c for c in cells if (c["kind"], c["n"], c["k"]) == (kind, n, k)}
+        lines.append(f"| {kind} | {n}x{k} | " + " | ".join(
+            "" if name not in got else (f"**{_cell_text(got[name])}**" if got[name]["met"] else _cell_text(got[name]))
+            for name, *_ in TARGETS) + " |")
+    return "\n".join(lines) + f"\n\nMet (bold): {sum(c['met'] for c in cells)} of {len(cells)}."
+
+
 def print_targets(cells: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -231,9 +247,8 @@ def print_targets(cells: list[dict]) -> None:
     t = Table("kind", "N x K", *(name for name, *_ in TARGETS), title="issue 4's targets (met: *)")
     for kind, n, k in dict.fromkeys((c["kind"], c["n"], c["k"]) for c in cells):
         got = {c["target"]: c for c in cells if (c["kind"], c["n"], c["k"]) == (kind, n, k)}
-        t.add_row(kind, f"{n}x{k}", *(("" if name not in got else
-                                       (f"{got[name]['value']:.2f}%" if field == "pct" else f"x{got[name]['value']:.2f}")
-                                       + (" *" if got[name]["met"] else "")) for name, _, field, _ in TARGETS))
+        t.add_row(kind, f"{n}x{k}", *("" if name not in got else _cell_text(got[name]) + (" *" if got[name]["met"] else "")
+                                      for name, *_ in TARGETS))
     con = Console()
     con.print(t)
     con.print(f"met: {sum(c['met'] for c in cells)} of {len(cells)}")

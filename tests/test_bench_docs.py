@@ -75,6 +75,29 @@ def test_main_readme_quotes_the_8b_run():
     assert markdown_table(d) in README.read_text()
 
 
+H100 = BENCH / "h100"   # session 43: the code of its day on an H100, where no H200 was lent
+
+
+def test_main_readme_quotes_the_h100_run():
+    """The README's H100 decoding table is exactly its committed run's table."""
+    runs = sorted(H100.glob("bench_8b_*.json"))
+    assert runs
+    d = json.loads(runs[-1].read_text())
+    assert d["device"].startswith("NVIDIA H100") and d["command"].startswith("pti bench --synthetic 8b")
+    assert markdown_table(d) in README.read_text()
+
+
+def test_main_readme_kernel_targets_match_the_kernel_json():
+    """The README's two tables of issue 4's targets are those of the latest bf16 kernel table of each card."""
+    from pti_cli.bench_kernels import markdown_targets, target_cells
+    h200 = [json.loads(p.read_text()) for p in sorted(BENCH.glob("kernels_h200_*.json"))]
+    h100 = [json.loads(p.read_text()) for p in sorted(H100.glob("kernels_*.json"))]
+    readme = README.read_text()
+    for d in ([r for r in h200 if r.get("act", "bf16") == "bf16"][-1], h100[-1]):
+        cells = target_cells(d)
+        assert len(cells) == 32 and markdown_targets(cells) in readme
+
+
 def _kernel_range(d: dict, m: int = 1) -> tuple[float, float]:
     """The best variant per matrix and kind at m rows: lowest and highest % of the read bandwidth."""
     best: dict[tuple, float] = {}

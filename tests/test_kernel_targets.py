@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from pti_cli.bench_kernels import MS, SHAPES, print_targets, target_cells
+from pti_cli.bench_kernels import MS, SHAPES, markdown_targets, print_targets, target_cells
 
 
 def row(kind, n, k, m, kernel, pct, vs_m1):
@@ -51,6 +51,8 @@ def test_edges_and_the_given_row():
     # 89.99% at 4 rows fails the 1-8 row target; the others sit exactly at their goals; at 64 rows the
     # given row counts even where the plain call's row comes after it
     assert got == {"1-8 rows": False, "16 rows": True, "32 rows": True, "64 rows": True}
+    md = markdown_targets(target_cells({"rows": rows}))
+    assert "| q8 | 64x32 | 89.99% | **80.00%** | **x1.50** | **x2.00** |" in md and md.endswith("Met (bold): 3 of 4.")
     rows[-2]["vs_m1"] = 2.01
     assert {c["target"]: c["met"] for c in target_cells({"rows": rows})}["64 rows"] is False
 
