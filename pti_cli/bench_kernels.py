@@ -224,18 +224,25 @@ def target_cells(res: dict) -> list[dict]:
 
 
 def _cell_text(cell: dict) -> str:
-    return f"{cell['value']:.2f}%" if cell["target"] in ("1-8 rows", "16 rows") else f"x{cell['value']:.2f}"
+    field = next(f for name, _, f, _ in TARGETS if name == cell["target"])
+    return f"{cell['value']:.2f}%" if field == "pct" else f"x{cell['value']:.2f}"
+
+
+def _target_rows(cells: list[dict], mark) -> list[list[str]]:
+    """One row a kind and matrix: kind, N x K, then each target's text as mark(text, met) ("" where left out)."""
+    out = []
+    for kind, n, k in dict.fromkeys((c["kind"], c["n"], c["k"]) for c in cells):
+        got = {c["target"]: c for c in cells if (c["kind"], c["n"], c["k"]) == (kind, n, k)}
+        out.append([kind, f"{n}x{k}"] + ["" if name not in got else mark(_cell_text(got[name]), got[name]["met"])
+                                         for name, *_ in TARGETS])
+    return out
 
 
 def markdown_targets(cells: list[dict]) -> str:
     """The targets table as Markdown (the README's), met cells in bold, then the count."""
     lines = ["| kind | N x K | " + " | ".join(name for name, *_ in TARGETS) + " |",
              "| --- | --- |" + " --- |" * len(TARGETS)]
-    for kind, n, k in dict.fromkeys((c["kind"], c["n"], c["k"]) for c in cells):
-        got = {c["target"]: c for c in cells if (c["kind"], c["n"], c["k"]) == (kind, n, k)}
-        lines.append(f"| {kind} | {n}x{k} | " + " | ".join(
-            "" if name not in got else (f"**{_cell_text(got[name])}**" if got[name]["met"] else _cell_text(got[name]))
-            for name, *_ in TARGETS) + " |")
+    lines += ["| " + " | ".join(r) + " |" for r in _target_rows(cells, lambda t, met: f"**{t}**" if met else t)]
     return "\n".join(lines) + f"\n\nMet (bold): {sum(c['met'] for c in cells)} of {len(cells)}."
 
 
@@ -245,10 +252,8 @@ def print_targets(cells: list[dict]) -> None:
     if not cells:
         return
     t = Table("kind", "N x K", *(name for name, *_ in TARGETS), title="issue 4's targets (met: *)")
-    for kind, n, k in dict.fromkeys((c["kind"], c["n"], c["k"]) for c in cells):
-        got = {c["target"]: c for c in cells if (c["kind"], c["n"], c["k"]) == (kind, n, k)}
-        t.add_row(kind, f"{n}x{k}", *("" if name not in got else _cell_text(got[name]) + (" *" if got[name]["met"] else "")
-                                      for name, *_ in TARGETS))
+    for r in _target_rows(cells, lambda text, met: text + (" *" if met else "")):
+        t.add_row(*r)
     con = Console()
     con.print(t)
     con.print(f"met: {sum(c['met'] for c in cells)} of {len(cells)}")
