@@ -79,7 +79,7 @@ def read_bandwidth(backend, nbytes: int = 8 << 30) -> dict:
     return out
 
 
-def random_packs(backend, n: int, k: int, copies: int):
+def random_packs(backend, n: int, k: int, copies: int, h16: bool = False):
     """`copies` random matrices directly in the kernels' layout (random bytes are valid Q8 data in
     either encoding)."""
     from .backends.repack import Packed, _padded_rows
@@ -88,7 +88,7 @@ def random_packs(backend, n: int, k: int, copies: int):
     for _ in range(copies):
         q = torch.randint(-127, 128, (g, nb, 32, 16), dtype=torch.int8, device=backend.device)
         d = (torch.rand(g, nb, 8, 2, device=backend.device) * 1e-3 + 1e-4).half()
-        out.append(Packed(q, d.view(torch.int32).reshape(g, nb, 8), n, k, backend.code()))
+        out.append(Packed(q, d.view(torch.int32).reshape(g, nb, 8), n, k, backend.code(h16)))
     return out
 
 
@@ -99,15 +99,20 @@ def tiles_given(backend, packs, m: int):
     ring = packs[0].ring
     nr = backend.wg_kernel(m, backend.act_dtype, code=ring.code, rows=ring.rows, twins=len(packs))[1]
     per = ring.q.shape[1] * nr * 32
-    return Epilogue(0, ti=[torch.randn(per, device=backend.device).to(backend.act_dtype) for _ in packs])
+    tile = torch.float16 if ring.code == "h16" else backend.act_dtype   # (as the launch before writes them)
+    return Epilogue(0, ti=[torch.randn(per, device=backend.device).to(tile) for _ in packs])
 
 
-def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: str | None = None) -> list[Row]:
+def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: str | None = None,
+                h16: bool = False) -> list[Row]:
+    """h16: the matrices take h16 inputs (float16) and write the backend's bf16, as every matrix of a bf16 model
+    does on the tensor-core kernels (CudaBackend.weight_from_q8's h16)."""
     twins = 2 if kind == "ssq16" else 1
     from .backends.cuda import TWIN_KERNEL_MAX_ROWS
-    one = random_packs(backend, n, k, 1)[0]
+    x_dtype = torch.float16 if h16 else backend.act_dtype
+    one = random_packs(backend, n, k, 1, h16)[0]
     copies = max(2, math.ceil(WORKING_SET / (one.nbytes * twins)))
-    packs = [one] + random_packs(backend, n, k, copies * twins - 1)
+    packs = [one] + random_packs(backend, n, k, copies * twins - 1, h16)
     sets = [packs[i * twins:(i + 1) * twins] for i in range(copies)]
     if variant is None:   # the Hopper kernels' copies (unless PTI_WGMMA=0), where they take the shape (17-64 rows)
         packs = [backend.with_ring(p, twins) for p in packs]
@@ -117,13 +122,13 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
         from .backends.cuda import split_variant
         ms = [m for m in ms if m <= 8 * split_variant(variant)["m"] and m in (1, 8, 16, 32, 64)]
     for m in ms:
-        xs = [torch.randn(m, k, device=backend.device).to(backend.act_dtype) for _ in range(twins)]
+        xs = [torch.randn(m, k, device=backend.device).to(x_dtype) for _ in range(twins)]
         ys = [torch.empty(m, n, device=backend.device, dtype=backend.act_dtype) for _ in range(twins)]
         wg = variant is None and backend.wg_ready(sets[0], m)   # as KernelBackend._run
         # as matmul_twins: two one-twin launches past its row limit (unless a twin variant is asked for)
         split = twins == 2 and m > TWIN_KERNEL_MAX_ROWS and variant is None and not wg
         name = backend.wg_kernel(m, backend.act_dtype, code=one.code, rows=n, twins=twins)[0] if wg else \
-            backend.kernel_name(1 if split else twins, m, backend.act_dtype, backend.act_dtype, variant, rows=n)
+            backend.kernel_name(1 if split else twins, m, x_dtype, backend.act_dtype, variant, rows=n)
         if name not in backend.funcs and not wg:
             raise PtiError(f"no kernel {name}")
 
@@ -161,12 +166,14 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
     return rows
 
 
-ACTS = {"bf16": torch.bfloat16, "f16": torch.float16}
+# --kernel-act: the backend's activations; h16: a bf16 backend's matrices on h16 inputs (what the model runs)
+ACTS = {"bf16": torch.bfloat16, "f16": torch.float16, "h16": torch.bfloat16}
 
 
 def bench_kernels(shapes=SHAPES, ms=MS, kinds=("q8", "ssq16"), variants=(None,), act: str = "bf16") -> dict:
-    """act: the activations' type, bf16 or f16 (the kernels of an h16 matrix: f16 inputs, offset-binary
-    weights; their bf16 outputs cost the same)."""
+    """act: the activations, bf16 or f16 (a backend of that type), or h16: a bf16 backend's matrices on h16 inputs
+    (f16 values, bf16 outputs), the form in which a bf16 model's five matrices a layer and its head run on the
+    tensor-core kernels, the Hopper ones included."""
     from .backends.cuda import CudaBackend
     backend = CudaBackend(act_dtype=ACTS[act])
     bw = read_bandwidth(backend)
@@ -176,7 +183,7 @@ def bench_kernels(shapes=SHAPES, ms=MS, kinds=("q8", "ssq16"), variants=(None,),
             for v in variants:
                 if v is not None and not v.startswith("t2" if kind == "ssq16" else "t1"):
                     continue
-                rows += bench_shape(backend, kind, n, k, ms, bw["denominator"], v)
+                rows += bench_shape(backend, kind, n, k, ms, bw["denominator"], v, h16=act == "h16")
     return {"device": torch.cuda.get_device_name(backend.device), "arch": backend.arch, "act": act,
             "compiler": backend.compiled.compiler, "bandwidth": bw, "rows": [asdict(r) for r in rows]}
 

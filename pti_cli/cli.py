@@ -100,7 +100,7 @@ def bench(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write tok/s against sequences, with the ceiling, to this PNG."),
     kernels: bool = typer.Option(False, "--kernels", help="Instead: time the matmul kernels (Q8, SSQ16) against the card's read bandwidth."),
     kernel_variants: Optional[str] = typer.Option(None, "--kernel-variants", help="With --kernels: kernel variants to compare, comma-separated (e.g. t1_r1_m1_u8,t1_r2_m1_u4)."),
-    kernel_act: str = typer.Option("bf16", "--kernel-act", help="With --kernels: the activations, bf16 or f16 (the kernels of the h16 matrices)."),
+    kernel_act: str = typer.Option("bf16", "--kernel-act", help="With --kernels: the activations, bf16, f16, or h16 (a bf16 model's matrices on f16 inputs: what the model runs)."),
 ):
     """Decode speed against the memory-bandwidth ceiling (model level), or the kernels alone (--kernels)."""
     if kernels:

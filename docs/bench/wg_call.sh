@@ -22,7 +22,8 @@
 #     synth-twin-min   sequences 16,24,32 of twins ab with PTI_WG_TWIN_MIN_ROWS from TWIN_MINS (default "17 9 17 9")
 #     synth-env    the same (sequences SYNTH_SEQS, default 32,64, twins SYNTH_TWINS, default a,ab) under each NAME=VALUE[,NAME=VALUE] of
 #              SYNTH_ENVS, in order (session 30: SYNTH_ENVS="PTI_WG_TILES=0,PTI_WG_RESIDUAL=0 PTI_WG_TILES=1 ...")
-#     kernels      pti bench --kernels (issue 4's table, with session 31's "given" rows); kernels16: --kernel-act f16
+#     kernels      pti bench --kernels (issue 4's table, with session 31's "given" rows); kernels16: --kernel-act f16;
+#              kernelsh16: --kernel-act h16 (a bf16 backend's matrices on h16 inputs, the Hopper rows too: the model's form)
 #     clusters     scripts/wg_gap.py --clusters (session 31's next lead: which cluster sizes fit one wave)
 #     waves        64 rows of the cluster forms at 30, 32 and 60 units (session 31: one wave of clusters or two)
 #     fix-ab       pti bench --synthetic 8b --seqs 64 with PTI_WG_FIX=0 1 0 1, if fixtable's fixup form was faster
@@ -234,8 +235,8 @@ gap)
   PTI_WG_NARROW=1 timeout 200 python3 scripts/wg_gap.py >> "$LOG" 2>&1
   timeout 200 python3 scripts/wgmma_probe.py --shapes 6144x4096,4096x4096,4096x14336 \
       --variants m4_w2_b4_r3_o2_c4_x1,m4_w2_b2_r4_o2_c8_x1,m8_w2_b2_r4_o2_c8_x1,m4_w2_b2_r4_o3_c8_x1 2>&1 | tail -40 >> "$LOG" ;;
-kernels|kernels16)
-  act=bf16; [ "$s" = kernels16 ] && act=f16
+kernels|kernels16|kernelsh16)
+  act=bf16; [ "$s" = kernels16 ] && act=f16; [ "$s" = kernelsh16 ] && act=h16
   step "pti bench --kernels --kernel-act $act (issue 4's table; the Hopper rows also as \"given\")"
   timeout 240 python3 -m pti_cli.cli bench --kernels --kernel-act $act --json "$OUT/kernels_$act.json" 2>&1 \
       | grep -v "^[┏┡└]" | tail -100 >> "$LOG" ;;

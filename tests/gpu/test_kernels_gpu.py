@@ -857,3 +857,31 @@ def test_hopper_kernels_batch_invariance_and_graph(wg_backend, wg_calls):
         check_close(y, x, q, d, k)
     placements = sum(len({0, m // 2, m - 1}) for m in (9, 16, 17, 31, 32, 48, 64))
     assert len(wg_calls) == placements + 1 + 1 + 2   # eager placements, warm-up, capture, the replays' checks
+
+
+def test_kernel_table_h16_times_the_models_form(wg_backend, monkeypatch):
+    """`pti bench --kernels --kernel-act h16` (bench_shape's h16) launches what a bf16 model's matrices run: h16
+    weights on float16 inputs writing bf16, through the f16 policy kernel at one row and the Hopper kernels at 32
+    rows, plain and on given tiles (the tiles float16, as the launch before writes them)."""
+    if not hopper(wg_backend):
+        return
+    from pti_cli.bench_kernels import bench_shape
+    seen = []
+    real_wg, real = wg_backend.launch_wg, wg_backend.launch
+
+    def spy_wg(packs, xs, ys, glu=False, epi=None):
+        seen.append(("wg", packs[0].ring.code, xs[0].dtype, ys[0].dtype, None if epi is None else epi.ti[0].dtype))
+        return real_wg(packs, xs, ys, glu, epi)
+
+    def spy(packs, xs, ys, name, epi=None):
+        seen.append((name.split("_")[2] + "_" + name.split("_")[3], packs[0].code, xs[0].dtype, ys[0].dtype, None))
+        return real(packs, xs, ys, name, epi)
+
+    monkeypatch.setattr(wg_backend, "launch_wg", spy_wg)
+    monkeypatch.setattr(wg_backend, "launch", spy)
+    rows = bench_shape(wg_backend, "q8", tall(wg_backend), 4096, (1, 32), 1e12, h16=True)
+    assert [(r.m, r.kernel.startswith("wg_"), r.kernel.endswith(" given")) for r in rows] == \
+        [(1, False, False), (32, True, False), (32, True, True)]
+    assert all(r.us > 0 and r.vs_m1 > 0 for r in rows)
+    f16, bf16 = torch.float16, torch.bfloat16
+    assert set(seen) == {("f16_out", "h16", f16, bf16, None), ("wg", "h16", f16, bf16, None), ("wg", "h16", f16, bf16, f16)}
