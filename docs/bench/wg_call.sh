@@ -74,7 +74,8 @@
 #              "a"), then twins ab at 128 sequences (64 rows a twin) with PTI_WG_REST_TWINS 0 / 1 / 0 / 1 (JSON "ab")
 #     vsweep       the policy kernels' variants (VSWEEP_VARIANTS, default every one-row and 16-row variant loaded) on
 #              VSWEEP_SHAPES (default 6144x4096,4096x4096) at 1, 8 and 16 rows, q8 and ssq16, twice (session 43: are
-#              the H200's choices the fastest on an H100 too?), JSON vsweep_1.json and vsweep_2.json
+#              the H200's choices the fastest on an H100 too?), JSON vsweep_ACT_1.json and _2.json; VSWEEP_ACT: the
+#              activations (--kernel-act: bf16, the default, f16 or h16); session 43 call 3 wrote vsweep_1.json, _2.json
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -329,13 +330,13 @@ attn-ab)
   SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env ;;
 vsweep)
   for i in 1 2; do
-    step "policy variants on ${VSWEEP_SHAPES:-6144x4096,4096x4096} at 1, 8, 16 rows (round $i)"
-    timeout 200 python3 - "$OUT/vsweep_$i.json" "${VSWEEP_SHAPES:-6144x4096,4096x4096}" "${VSWEEP_VARIANTS:-t1_r1_m1_u2,t1_r1_m1_u4,t1_r1_m1_u4_p1,t1_r1_m1_u8,t1_r2_m1_u4,t1_r1_m2_u1,t1_r1_m2_u1_p1,t1_r1_m2_u2_p1,t1_r1_m2_u3,t1_r1_m2_u4,t1_r1_m2_u6,t1_r1_m2_u8,t1_r2_m2_u4,t2_r1_m1_u2,t2_r1_m1_u2_p1,t2_r2_m1_u2}" >> "$LOG" 2>&1 <<'PY'
+    step "policy variants on ${VSWEEP_SHAPES:-6144x4096,4096x4096} at 1, 8, 16 rows, ${VSWEEP_ACT:-bf16} (round $i)"
+    timeout 200 python3 - "$OUT/vsweep_${VSWEEP_ACT:-bf16}_$i.json" "${VSWEEP_SHAPES:-6144x4096,4096x4096}" "${VSWEEP_ACT:-bf16}" "${VSWEEP_VARIANTS:-t1_r1_m1_u2,t1_r1_m1_u4,t1_r1_m1_u4_p1,t1_r1_m1_u8,t1_r2_m1_u4,t1_r1_m2_u1,t1_r1_m2_u1_p1,t1_r1_m2_u2_p1,t1_r1_m2_u3,t1_r1_m2_u4,t1_r1_m2_u6,t1_r1_m2_u8,t1_r2_m2_u4,t2_r1_m1_u2,t2_r1_m1_u2_p1,t2_r2_m1_u2}" >> "$LOG" 2>&1 <<'PY'
 import json, sys
 from pti_cli.bench_kernels import bench_kernels, print_table
-out, shapes, variants = sys.argv[1:4]
+out, shapes, act, variants = sys.argv[1:5]
 res = bench_kernels(shapes=tuple(tuple(int(v) for v in s.split("x")) for s in shapes.split(",")), ms=(1, 8, 16),
-                    variants=tuple(variants.split(",")))
+                    variants=tuple(variants.split(",")), act=act)
 print_table(res)
 open(out, "w").write(json.dumps(res, indent=1))
 PY
