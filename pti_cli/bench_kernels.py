@@ -7,7 +7,10 @@ activations read and the outputs written.  Each matrix exists in enough random
 copies that the copies together exceed 256 MB (over twice the H200's 60 MB L2),
 and the timed CUDA graph cycles through them, so the numbers are DRAM's, not
 the cache's.  Times are per call: a graph of R launches, replayed, median of
-replays, divided by R.  Where the Hopper kernels take a shape (17-64 rows), a second row ("given") times the
+replays, divided by R.  A replay has a fixed part no launch of a pass pays per matrix (the graph's start, its
+first launch with none before it to overlap); R is large enough that a replay moves REPLAY_BYTES, so that part is
+under 1% of a launch (docs/perf.md, session 44), and a sleep kernel keeps the card busy while the host submits
+the replay, so the host's time is not counted.  Where the Hopper kernels take a shape (17-64 rows), a second row ("given") times the
 form the model runs: the matmul on activations the launch before already wrote in its tile layout, without
 the pti_wg_tiles launch that the plain call makes first.
 """
@@ -27,6 +30,8 @@ from .errors import PtiError
 SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 MS = (1, 2, 4, 8, 16, 32, 64)
 WORKING_SET = 256 << 20
+REPLAY_BYTES = 2 << 30      # weight bytes a timed replay reads at least (R launches of one matrix)
+SLEEP_CYCLES = 400_000      # the sleep before a replay's start event: ~0.2 ms, longer than the host's submission
 
 
 @dataclass
@@ -60,6 +65,8 @@ def time_graph(fn, reps: int = 15) -> float:
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if SLEEP_CYCLES:   # the card busy until the replay is queued behind the start event
+            torch.cuda._sleep(SLEEP_CYCLES)
         a.record()
         g.replay()
         b.record()
@@ -103,6 +110,11 @@ def tiles_given(backend, packs, m: int):
     return Epilogue(0, ti=[torch.randn(per, device=backend.device).to(tile) for _ in packs])
 
 
+def replay_launches(nbytes: int, copies: int) -> int:
+    """R, the launches a timed replay holds: each copy at least twice, and at least REPLAY_BYTES of weights read."""
+    return max(20, 2 * copies, math.ceil(REPLAY_BYTES / nbytes))
+
+
 def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: str | None = None,
                 h16: bool = False) -> list[Row]:
     """h16: the matrices take h16 inputs (float16) and write the backend's bf16, as every matrix of a bf16 model
@@ -116,7 +128,7 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
     sets = [packs[i * twins:(i + 1) * twins] for i in range(copies)]
     if variant is None:   # the Hopper kernels' copies (unless PTI_WGMMA=0), where they take the shape (17-64 rows)
         packs = [backend.with_ring(p, twins) for p in packs]
-    reps = max(20, 2 * copies)
+    reps = replay_launches(one.nbytes * twins, copies)
     rows, t1 = [], None
     if variant is not None:   # an explicit variant serves at most 8 rows per tile it has
         from .backends.cuda import split_variant

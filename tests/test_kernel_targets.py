@@ -64,3 +64,18 @@ def test_a_target_without_its_rows_is_left_out(capsys):
     print_targets(cells)
     out = capsys.readouterr().out
     assert "95.00% *" in out and "met: 1 of 1" in out
+
+
+def test_a_timed_replay_reads_enough_that_its_start_is_small():
+    """bench_shape's R: every copy at least twice (the L2 never holds a copy's second read) and at least REPLAY_BYTES
+    of weights a replay, so the replay's fixed start (a few us) is under 1% of each launch at the card's bandwidth."""
+    from pti_cli.bench_kernels import REPLAY_BYTES, WORKING_SET, replay_launches
+    rng = random.Random()
+    for _ in range(200):
+        nbytes = rng.randint(1 << 20, 1 << 30)
+        copies = max(2, -(-WORKING_SET // nbytes))
+        r = replay_launches(nbytes, copies)
+        assert r >= 2 * copies and r * nbytes >= REPLAY_BYTES and r >= 20
+        assert r == 20 or (r - 1) * nbytes < REPLAY_BYTES or r == 2 * copies   # no more than it needs
+    # the smallest matrix of the table (Q8 4096x4096, 17.8 MB): over 100 launches, ~0.6 ms at 3 TB/s
+    assert replay_launches(4096 * 4096 + 4096 * 128 * 2, 15) > 100

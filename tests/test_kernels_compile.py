@@ -342,7 +342,7 @@ def test_variant_overrides_from_the_environment(monkeypatch):
 def test_width_classes_pick_the_policy():
     """Matrices are put in width classes by row groups per SM, and an entry without an extra-wide
     variant uses its wide one there."""
-    from pti_cli.backends.cuda import TC_VARIANTS, WIDTHS, variant_for, width_class
+    from pti_cli.backends.cuda import TC_BF16_VARIANTS, TC_VARIANTS, WIDTHS, variant_for, width_class
 
     assert [width_class(g) for g in (0.5, WIDTHS["w"] - 0.01, WIDTHS["w"], WIDTHS["x"] - 0.01, WIDTHS["x"], 99)] \
         == ["n", "n", "w", "w", "x", "x"]
@@ -350,6 +350,24 @@ def test_width_classes_pick_the_policy():
         for limit, names in entries:
             assert variant_for(twins, limit, "x") == names.get("x", names["w"])
             assert variant_for(twins, limit, "n") == names["n"]
+            for width in "nwx":   # the bf16 kernels' own entries, the rest as f16's (h16 inputs are f16)
+                f16 = variant_for(twins, limit, width)
+                assert variant_for(twins, limit, width, "f16") == f16
+                assert variant_for(twins, limit, width, "bf16") == TC_BF16_VARIANTS.get((twins, limit, width), f16)
+    assert variant_for(1, 5, "w", "bf16") == "t1_r1_m1_u2_p1" != variant_for(1, 5, "w", "f16")
+
+
+def test_the_backend_names_the_bf16_kernels_entry():
+    """kernel_name passes the activations' type to the policy: bf16 rows of a wide matrix take the bf16 entry."""
+    import torch
+    from pti_cli.backends.cuda import CudaBackend, TC_BF16_VARIANTS
+
+    (twins, limit, width), v = next(iter(TC_BF16_VARIANTS.items()))
+    b = CudaBackend.__new__(CudaBackend)   # kernel_name reads only these two (no GPU here)
+    b.generic, b.sm_count = False, 132
+    rows = {"n": 2048, "w": 6144, "x": 28672}[width]
+    assert b.kernel_name(twins, limit, torch.bfloat16, torch.bfloat16, rows=rows) == f"pti_mm_bf16_out_{v}"
+    assert b.kernel_name(twins, limit, torch.float16, torch.bfloat16, rows=rows) != f"pti_mm_f16_out_{v}"
 
 
 def test_hopper_setting_and_ring_reserve(monkeypatch):

@@ -53,6 +53,9 @@
 #     attn-ab      twins ab at 24 and 32 sequences with PTI_ATTN_TILES 0 / 1 / 0 / 1 (JSON "ab"; session 37 repeats its
 #              first call's A/B, whose logs were lost)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
+#     qkv-p1       session 45: 6144x4096 (QKV, width class "w") at 1, 2, 4 and 8 rows, q8, bf16 then h16 activations,
+#              with the policy and with t1_r1_m1_u2_p1 (PTI_VARIANTS=1:8:w=...), alternated twice; then one model at
+#              SYNTH_SEQS (default 1,2,4,8) sequences the same way (JSON kernels_qkv_ACT_N.json, synth_8b_a_*.json)
 #     cluster-probe  scripts/cluster_probe.py: where the card puts the cluster forms' CTAs, by GPC (session 38, not run
 #              yet), its JSON in $OUT/cluster_probe.json
 #     rest         session 39's rest form (PTI_WG_REST=1: a 64-row launch of one twin of a 4096-row matrix as the resident
@@ -76,6 +79,8 @@
 #              VSWEEP_SHAPES (default 6144x4096,4096x4096) at 1, 8 and 16 rows, q8 and ssq16, twice (session 43: are
 #              the H200's choices the fastest on an H100 too?), JSON vsweep_ACT_1.json and _2.json; VSWEEP_ACT: the
 #              activations (--kernel-act: bf16, the default, f16 or h16); session 43 call 3 wrote vsweep_1.json, _2.json
+#     overhead     scripts/table_overhead.py: each cell of the kernel table timed three ways (per replay / R, the same
+#              after a sleep kernel, the marginal launch of a 3R graph against an R graph), $OUT/overhead.json (session 44)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -87,15 +92,16 @@ LOG=$OUT/run.log
   echo "sources: $(LC_ALL=C; cat kernels/*.hip pti_cli/*.py pti_cli/*/*.py | sha256sum | cut -c1-16)";
   python3 -c "from pti_cli.backends.compile import nvrtc_version; print(nvrtc_version())"; } >> "$LOG" 2>&1
 step() { echo "== $(date -u +%T) $*" >> "$LOG"; }
-# ktable OUT.json NxK,... M,... KIND,...: the kernel table (pti bench --kernels' rows) of those shapes, rows and
-# kinds, printed to the log and written to OUT.json
+# ktable OUT.json NxK,... M,... KIND,... [ACT]: the kernel table (pti bench --kernels' rows) of those shapes, rows and
+# kinds (activations ACT: bf16, the default, f16 or h16), printed to the log and written to OUT.json
 ktable() {
   timeout 200 python3 - "$@" >> "$LOG" 2>&1 <<'PY'
 import json, sys
 from pti_cli.bench_kernels import bench_kernels, print_table
 out, shapes, ms, kinds = sys.argv[1:5]
 res = bench_kernels(shapes=tuple(tuple(int(v) for v in s.split("x")) for s in shapes.split(",")),
-                    ms=tuple(int(m) for m in ms.split(",")), kinds=tuple(kinds.split(",")))
+                    ms=tuple(int(m) for m in ms.split(",")), kinds=tuple(kinds.split(",")),
+                    act=sys.argv[5] if len(sys.argv) > 5 else "bf16")
 print_table(res)
 open(out, "w").write(json.dumps(res, indent=1))
 PY
@@ -341,6 +347,21 @@ print_table(res)
 open(out, "w").write(json.dumps(res, indent=1))
 PY
   done ;;
+overhead)
+  step "table_overhead.py: the kernel table timed per replay / R, after a sleep, and as the marginal launch (session 44)"
+  timeout 400 python3 scripts/table_overhead.py "$OUT/overhead.json" >> "$LOG" 2>&1 ;;
+qkv-p1)
+  # session 45: the wide class's 1-8 rows of one model on t1_r1_m1_u2_p1 (PTI_VARIANTS) against the policy's
+  for act in bf16 h16; do
+    i=0
+    for cfg in PTI_VARIANTS= PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1 PTI_VARIANTS= PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1; do
+      i=$((i + 1))
+      step "kernel table 6144x4096 rows 1,2,4,8 q8 $act $cfg"
+      ( export "$cfg"; ktable "$OUT/kernels_qkv_${act}_$i.json" 6144x4096 1,2,4,8 q8 $act )
+    done
+  done
+  SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,2,4,8} SYNTH_ENVS="PTI_VARIANTS= PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1 PTI_VARIANTS=
+      PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1" synth_env ;;
 cluster-probe)
   step "cluster placement probe"
   timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1 ;;

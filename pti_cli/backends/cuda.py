@@ -47,6 +47,11 @@ TC_VARIANTS = {
     2: ((8, {"n": "t2_r1_m1_u2_p1", "w": "t2_r1_m1_u2"}),),
 }
 WIDTHS = {"w": 2.5, "x": 8.0}
+# Entries of TC_VARIANTS that differ for the kernels reading bf16 activations (converted to f16 in the main loop,
+# more instructions a step than f16 or h16 inputs), as (twins, row limit, width class): on an H100 the wide class's
+# 1-8 rows of one model ran 9.2 us on t1_r1_m1_u2_p1 against u4's 10.0 with bf16 inputs, and both 9.7 with h16
+# inputs (the form a bf16 model runs; docs/perf.md, session 45).
+TC_BF16_VARIANTS = {(1, 8, "w"): "t1_r1_m1_u2_p1"}
 # Loaded and benchmarkable, but not in the policy above ("_p1" in the policy: the software-pipelined
 # main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
@@ -366,8 +371,9 @@ def width_class(groups_per_sm: float) -> str:
     return "x" if groups_per_sm >= WIDTHS["x"] else "w" if groups_per_sm >= WIDTHS["w"] else "n"
 
 
-def variant_for(twins: int, m: int, width: str = "n") -> str:
-    """The variant for m rows of a matrix of width class `width` ("n", "w", "x": width_class).
+def variant_for(twins: int, m: int, width: str = "n", act: str = "f16") -> str:
+    """The variant for m rows of a matrix of width class `width` ("n", "w", "x": width_class) whose kernels
+    read `act` activations ("bf16" or "f16", as ACT_TAGS; h16 inputs are f16).
     PTI_VARIANTS overrides entries of TC_VARIANTS for A/B runs (`scripts/pass_ab.py
     TREE,PTI_VARIANTS=...`): "1:16:w=t1_r1_m2_u4;1:8:n=t1_r1_m1_u8" (twins:row limit:width=variant);
     every variant gives the same bits, so this changes only speed."""
@@ -375,12 +381,15 @@ def variant_for(twins: int, m: int, width: str = "n") -> str:
     for limit, names in TC_VARIANTS[twins]:
         if m <= limit:
             default = names.get(width) or names["w"]
+            if act == "bf16":
+                default = TC_BF16_VARIANTS.get((twins, limit, width), default)
             return over.get(f"{twins}:{limit}:{width}", default)
     raise AssertionError(m)
 
 
 def all_variants() -> list[str]:
-    return sorted({v for vs in TC_VARIANTS.values() for _, names in vs for v in names.values()} | set(EXTRA_VARIANTS))
+    return sorted({v for vs in TC_VARIANTS.values() for _, names in vs for v in names.values()}
+                  | set(TC_BF16_VARIANTS.values()) | set(EXTRA_VARIANTS))
 
 
 def split_variant(name: str) -> dict[str, int]:
@@ -776,7 +785,7 @@ class KernelBackend(Backend):
         tag = ACT_TAGS[act] + ("_glu" if glu else "_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
-        v = variant or variant_for(twins, m, width_class(rows / 16 / self.sm_count))
+        v = variant or variant_for(twins, m, width_class(rows / 16 / self.sm_count), ACT_TAGS[act])
         return f"pti_mm_{tag}_{v}" + ("_i1" if inv_form else "")
 
     def inv_form_ok(self, m: int, w: "KernelMatrix", out: torch.dtype, glu: bool = False) -> bool:
