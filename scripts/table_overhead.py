@@ -10,10 +10,11 @@ submission of the graph after the start event.  Ways of timing the same cells:
               the start event (so the host's submission is hidden)
     marginal  (median replay of a 3R-launch graph - median replay of the R-launch graph) / 2R, after the sleep:
               the cost of one more launch in a chain, the replay's fixed part cancelled
-    python3 scripts/table_overhead.py [OUT.json]"""
+    python3 scripts/table_overhead.py [OUT.json]
+Session 44 ran it with the two graphs' replays alternated; since session 45 each graph is timed by
+bench_kernels.time_graph, one after the other."""
 
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,41 +25,14 @@ import torch  # noqa: E402
 from pti_cli import bench_kernels as bk  # noqa: E402
 
 
-def _graph(fn, times: int):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
+def marginal(fn, reps: int = 15, time_graph=bk.time_graph) -> float:
+    """A stand-in for bench_kernels.time_graph: seconds one more replay's worth of fn's launches adds to a chain
+    (a graph of fn three times against one of fn once, each timed as the table times its graphs)."""
+    def thrice():
         fn()
         fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(times):
-            fn()
-    for _ in range(3):
-        g.replay()
-    return g
-
-
-def _replay(g) -> float:
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(bk.SLEEP_CYCLES)
-    a.record()
-    g.replay()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / 1e3
-
-
-def marginal(fn, reps: int = 15) -> float:
-    """A stand-in for bench_kernels.time_graph: seconds one more replay's worth of fn's launches adds to a chain."""
-    g1, g3 = _graph(fn, 1), _graph(fn, 3)
-    t1, t3 = [], []
-    for _ in range(2 * reps):   # alternated, so drift falls on both
-        t1.append(_replay(g1))
-        t3.append(_replay(g3))
-    return (statistics.median(t3) - statistics.median(t1)) / 2
+        fn()
+    return (time_graph(thrice, reps) - time_graph(fn, reps)) / 2
 
 
 def main() -> None:
