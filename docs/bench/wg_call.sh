@@ -54,8 +54,10 @@
 #              first call's A/B, whose logs were lost)
 #     mmsmem       1 and 8 rows of the three smaller matrices with the policy kernels asking PTI_MM_SMEM bytes (MM_SMEMS)
 #     qkv-p1       session 45: 6144x4096 (QKV, width class "w") at 1, 2, 4 and 8 rows, q8, bf16 then h16 activations,
-#              with the policy and with t1_r1_m1_u2_p1 (PTI_VARIANTS=1:8:w=...), alternated twice; then one model at
-#              SYNTH_SEQS (default 1,2,4,8) sequences the same way (JSON kernels_qkv_ACT_N.json, synth_8b_a_*.json)
+#              on t1_r1_m1_u4 and on t1_r1_m1_u2_p1 (PTI_VARIANTS=1:8:w=...), alternated twice; then one model at
+#              SYNTH_SEQS (default 1,2,4,8) sequences the same way (JSON kernels_qkv_ACT_N.json, synth_8b_a_*.json).
+#              Session 45's calls 2 and 4 ran it with an empty PTI_VARIANTS as the first setting, the policy: u4 in
+#              call 2, and in call 4 (bf16 policy already u2_p1) the bf16 half compared u2_p1 with itself
 #     cluster-probe  scripts/cluster_probe.py: where the card puts the cluster forms' CTAs, by GPC (session 38, not run
 #              yet), its JSON in $OUT/cluster_probe.json
 #     rest         session 39's rest form (PTI_WG_REST=1: a 64-row launch of one twin of a 4096-row matrix as the resident
@@ -79,8 +81,8 @@
 #              VSWEEP_SHAPES (default 6144x4096,4096x4096) at 1, 8 and 16 rows, q8 and ssq16, twice (session 43: are
 #              the H200's choices the fastest on an H100 too?), JSON vsweep_ACT_1.json and _2.json; VSWEEP_ACT: the
 #              activations (--kernel-act: bf16, the default, f16 or h16); session 43 call 3 wrote vsweep_1.json, _2.json
-#     overhead     scripts/table_overhead.py: each cell of the kernel table timed three ways (per replay / R, the same
-#              after a sleep kernel, the marginal launch of a 3R graph against an R graph), $OUT/overhead.json (session 44)
+#     overhead     scripts/table_overhead.py: each cell of the kernel table timed three ways (the table's timing before
+#              session 44, its timing since, the marginal launch of a 3R graph against an R graph), $OUT/overhead.json
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -354,14 +356,15 @@ qkv-p1)
   # session 45: the wide class's 1-8 rows of one model on t1_r1_m1_u2_p1 (PTI_VARIANTS) against the policy's
   for act in bf16 h16; do
     i=0
-    for cfg in PTI_VARIANTS= PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1 PTI_VARIANTS= PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1; do
+    for cfg in PTI_VARIANTS=1:8:w=t1_r1_m1_u4 PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1 PTI_VARIANTS=1:8:w=t1_r1_m1_u4 \
+               PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1; do
       i=$((i + 1))
       step "kernel table 6144x4096 rows 1,2,4,8 q8 $act $cfg"
       ( export "$cfg"; ktable "$OUT/kernels_qkv_${act}_$i.json" 6144x4096 1,2,4,8 q8 $act )
     done
   done
-  SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,2,4,8} SYNTH_ENVS="PTI_VARIANTS= PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1 PTI_VARIANTS=
-      PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1" synth_env ;;
+  SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,2,4,8} SYNTH_ENVS="PTI_VARIANTS=1:8:w=t1_r1_m1_u4 PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1
+      PTI_VARIANTS=1:8:w=t1_r1_m1_u4 PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1" synth_env ;;
 cluster-probe)
   step "cluster placement probe"
   timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1 ;;
