@@ -83,6 +83,9 @@
 #              activations (--kernel-act: bf16, the default, f16 or h16); session 43 call 3 wrote vsweep_1.json, _2.json
 #     overhead     scripts/table_overhead.py: each cell of the kernel table timed three ways (the table's timing before
 #              session 44, its timing since, the marginal launch of a 3R graph against an R graph), $OUT/overhead.json
+#     xclass       session 47: the extra-wide class (gate/up 28672x4096 and an 8B head 128256x4096) at 1, 8, 16 rows on
+#              t1_r1_m1_u2 (the policy), u4, u4_p1 and u2_p1, bf16 then h16 (vsweep_x_ACT_N.json, twice each); then one
+#              model at SYNTH_SEQS (default 1,2,4,8) with PTI_VARIANTS=1:8:x=t1_r1_m1_u2 / u4_p1 / u2 / u4_p1 (JSON "a")
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -365,6 +368,21 @@ qkv-p1)
   done
   SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,2,4,8} SYNTH_ENVS="PTI_VARIANTS=1:8:w=t1_r1_m1_u4 PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1
       PTI_VARIANTS=1:8:w=t1_r1_m1_u4 PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1" synth_env ;;
+xclass)
+  for act in bf16 h16; do for i in 1 2; do
+    step "x class variants, $act (round $i)"
+    ( export VSWEEP_ACT=$act; timeout 200 python3 - "$OUT/vsweep_x_${act}_$i.json" $act >> "$LOG" 2>&1 <<'PY'
+import json, sys
+from pti_cli.bench_kernels import bench_kernels, print_table
+res = bench_kernels(shapes=((28672, 4096), (128256, 4096)), ms=(1, 8, 16), kinds=("q8",), act=sys.argv[2],
+                    variants=("t1_r1_m1_u2", "t1_r1_m1_u4", "t1_r1_m1_u4_p1", "t1_r1_m1_u2_p1"))
+print_table(res)
+open(sys.argv[1], "w").write(json.dumps(res, indent=1))
+PY
+    )
+  done; done
+  SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,2,4,8} SYNTH_ENVS="PTI_VARIANTS=1:8:x=t1_r1_m1_u2 PTI_VARIANTS=1:8:x=t1_r1_m1_u4_p1
+    PTI_VARIANTS=1:8:x=t1_r1_m1_u2 PTI_VARIANTS=1:8:x=t1_r1_m1_u4_p1" synth_env ;;
 cluster-probe)
   step "cluster placement probe"
   timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1 ;;
