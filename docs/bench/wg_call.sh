@@ -86,6 +86,10 @@
 #     xclass       session 47: the extra-wide class (gate/up 28672x4096 and an 8B head 128256x4096) at 1, 8, 16 rows on
 #              t1_r1_m1_u2 (the policy), u4, u4_p1 and u2_p1, bf16 then h16 (vsweep_x_ACT_N.json, twice each); then one
 #              model at SYNTH_SEQS (default 1,2,4,8) with PTI_VARIANTS=1:8:x=t1_r1_m1_u2 / u4_p1 / u2 / u4_p1 (JSON "a")
+#     xrow0        session 47: the four matrices at 1, 2, 4, 8 rows, q8 and ssq16, on the kernels and on their probe copy
+#              x_row0 (scripts/probe_source.py: every lane reads activation row 0, so 8 rows move one row's activation
+#              bytes; outputs wrong, timing only), bf16 real / probe / real / probe, then h16 real / probe
+#              (kernels_xrow0_ACT_SRC_N.json); carry the probe's binary (probe_source.py --compile) in .carry
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -383,6 +387,15 @@ PY
   done; done
   SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,2,4,8} SYNTH_ENVS="PTI_VARIANTS=1:8:x=t1_r1_m1_u2 PTI_VARIANTS=1:8:x=t1_r1_m1_u4_p1
     PTI_VARIANTS=1:8:x=t1_r1_m1_u2 PTI_VARIANTS=1:8:x=t1_r1_m1_u4_p1" synth_env ;;
+xrow0)
+  python3 scripts/probe_source.py x_row0 /tmp/x_row0.hip || exit 1
+  i=0
+  for cfg in bf16:real bf16:probe bf16:real bf16:probe h16:real h16:probe; do
+    i=$((i + 1)); act=${cfg%:*}; src=${cfg#*:}
+    step "kernel table, 4 matrices, rows 1,2,4,8, $act, $src source"
+    ( [ $src = probe ] && export PTI_KERNEL_SOURCE=/tmp/x_row0.hip
+      ktable "$OUT/kernels_xrow0_${act}_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8,ssq16 $act )
+  done ;;
 cluster-probe)
   step "cluster placement probe"
   timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1 ;;
