@@ -940,6 +940,7 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2, TIN, TOUT, 1, 1, 1, 2, 0, 5)    \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_p1, TIN, TOUT, 1, 1, 1, 2, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t1_r2_m1_u2_p1, TIN, TOUT, 1, 2, 1, 2, 1, 2) \
+    PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4_p1, TIN, TOUT, 1, 2, 1, 4, 1, 1) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u2_p1_i1, TIN, TOUT, 1, 1, 2, 2, 1, 2) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_p1_i1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_i1, TIN, TOUT, 1, 1, 2, 1, 0, 4)    \
