@@ -7,6 +7,7 @@
 #                                           ... kcache_save                 (writes $OUT/kcache.tar.gz)
 #   Here, after the call:                   tar -xzf /work/.device/N/kcache.tar.gz -C .carry
 # .carry/ is git-ignored; delete .carry/pti-cache when it grows (it travels with every call).
+# On a fresh checkout, scripts/device_prep.sh builds .whl/ and this tree's binaries into .carry/ here.
 export PTI_CACHE_DIR="$PWD/.carry/pti-cache"
 mkdir -p "$PTI_CACHE_DIR/kernels"
 # Only this tree's binaries (pti_kernel.hip's and pti_ops.hip's for this GPU), compressed: the device

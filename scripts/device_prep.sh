@@ -1,0 +1,33 @@
+#!/bin/bash
+# Prepare the two git-ignored folders a device call carries (carry [".whl", ".carry"]), on a fresh checkout here:
+#   .whl/    the pure-Python and cp312 wheels the device image lacks (python3 3.12 there; it has torch, numpy,
+#            safetensors, tokenizers), installed in the call by docs/bench/wg_call.sh and scripts/gpu_*.sh
+#   .carry/  this tree's kernel binaries for sm_90a and sm_90, built here with the device's NVRTC 13.0
+#            (make install puts it in .venv), so a call spends no device time compiling (scripts/device_cache.sh);
+#            with PROBE=x_row0 also that probe's binary (scripts/probe_source.py)
+#   bash scripts/device_prep.sh        (after `make install`; about 3 minutes on two cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+NVRTC=.venv/nvrtc-13.0.88/nvidia/cu13/lib
+mkdir -p .whl
+$PY -m pip download -q --no-deps -d .whl --python-version 3.12 --only-binary=:all: \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
+    gguf typer rich click shellingham markdown-it-py mdurl pygments pydantic pydantic_core annotated-types \
+    annotated-doc typing-inspection typing-extensions jinja2 markupsafe psutil pyyaml tqdm
+rm -rf .carry/pti-cache && mkdir -p .carry/pti-cache
+PTI_CACHE_DIR="$PWD/.carry/pti-cache" $PY - "$NVRTC" <<'PY'
+import sys
+from pathlib import Path
+sys.path.insert(0, "scripts")
+from check_kernels import load_nvrtc
+load_nvrtc(Path(sys.argv[1]))
+from pti_cli.backends.compile import cached_binary, nvrtc_version
+for name, arch in (("pti_kernel.hip", "sm_90a"), ("pti_kernel.hip", "sm_90"), ("pti_ops.hip", "sm_90")):
+    cached_binary("cuda", arch, name)
+    print(nvrtc_version(), name, arch)
+PY
+if [ -n "${PROBE:-}" ]; then
+    $PY scripts/probe_source.py "$PROBE" "/tmp/$PROBE.hip" --compile "$NVRTC" .carry/pti-cache
+fi
+du -sh .whl .carry
