@@ -131,6 +131,22 @@ synth_env() {
         --repeats 3 --json "$OUT/synth_8b_${tw}_${cfg//[^A-Za-z0-9]/_}_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -12 >> "$LOG"
   done
 }
+# vsweep_rounds PREFIX: two rounds of the kernel table of VSWEEP_SHAPES at 1, 8 and 16 rows on each of VSWEEP_VARIANTS,
+# activations VSWEEP_ACT, written to PREFIX_1.json and PREFIX_2.json (the vsweep and xclass steps)
+vsweep_rounds() {
+  for i in 1 2; do
+    step "policy variants on ${VSWEEP_SHAPES:-6144x4096,4096x4096} at 1, 8, 16 rows, ${VSWEEP_ACT:-bf16} (round $i)"
+    timeout 200 python3 - "${1}_$i.json" "${VSWEEP_SHAPES:-6144x4096,4096x4096}" "${VSWEEP_ACT:-bf16}" "${VSWEEP_VARIANTS:-t1_r1_m1_u2,t1_r1_m1_u4,t1_r1_m1_u4_p1,t1_r1_m1_u8,t1_r2_m1_u4,t1_r1_m2_u1,t1_r1_m2_u1_p1,t1_r1_m2_u2_p1,t1_r1_m2_u3,t1_r1_m2_u4,t1_r1_m2_u6,t1_r1_m2_u8,t1_r2_m2_u4,t2_r1_m1_u2,t2_r1_m1_u2_p1,t2_r2_m1_u2}" >> "$LOG" 2>&1 <<'PY'
+import json, sys
+from pti_cli.bench_kernels import bench_kernels, print_table
+out, shapes, act, variants = sys.argv[1:5]
+res = bench_kernels(shapes=tuple(tuple(int(v) for v in s.split("x")) for s in shapes.split(",")), ms=(1, 8, 16),
+                    variants=tuple(variants.split(",")), act=act)
+print_table(res)
+open(out, "w").write(json.dumps(res, indent=1))
+PY
+  done
+}
 for s in "$@"; do case $s in
 hopper)
   step hopper tests
@@ -344,18 +360,7 @@ short-two)
 attn-ab)
   SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env ;;
 vsweep)
-  for i in 1 2; do
-    step "policy variants on ${VSWEEP_SHAPES:-6144x4096,4096x4096} at 1, 8, 16 rows, ${VSWEEP_ACT:-bf16} (round $i)"
-    timeout 200 python3 - "$OUT/vsweep_${VSWEEP_ACT:-bf16}_$i.json" "${VSWEEP_SHAPES:-6144x4096,4096x4096}" "${VSWEEP_ACT:-bf16}" "${VSWEEP_VARIANTS:-t1_r1_m1_u2,t1_r1_m1_u4,t1_r1_m1_u4_p1,t1_r1_m1_u8,t1_r2_m1_u4,t1_r1_m2_u1,t1_r1_m2_u1_p1,t1_r1_m2_u2_p1,t1_r1_m2_u3,t1_r1_m2_u4,t1_r1_m2_u6,t1_r1_m2_u8,t1_r2_m2_u4,t2_r1_m1_u2,t2_r1_m1_u2_p1,t2_r2_m1_u2}" >> "$LOG" 2>&1 <<'PY'
-import json, sys
-from pti_cli.bench_kernels import bench_kernels, print_table
-out, shapes, act, variants = sys.argv[1:5]
-res = bench_kernels(shapes=tuple(tuple(int(v) for v in s.split("x")) for s in shapes.split(",")), ms=(1, 8, 16),
-                    variants=tuple(variants.split(",")), act=act)
-print_table(res)
-open(out, "w").write(json.dumps(res, indent=1))
-PY
-  done ;;
+  vsweep_rounds "$OUT/vsweep_${VSWEEP_ACT:-bf16}" ;;
 overhead)
   step "table_overhead.py: the kernel table timed per replay / R, after a sleep, and as the marginal launch (session 44)"
   timeout 400 python3 scripts/table_overhead.py "$OUT/overhead.json" >> "$LOG" 2>&1 ;;
@@ -373,18 +378,10 @@ qkv-p1)
   SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,2,4,8} SYNTH_ENVS="PTI_VARIANTS=1:8:w=t1_r1_m1_u4 PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1
       PTI_VARIANTS=1:8:w=t1_r1_m1_u4 PTI_VARIANTS=1:8:w=t1_r1_m1_u2_p1" synth_env ;;
 xclass)
-  for act in bf16 h16; do for i in 1 2; do
-    step "x class variants, $act (round $i)"
-    ( export VSWEEP_ACT=$act; timeout 200 python3 - "$OUT/vsweep_x_${act}_$i.json" $act >> "$LOG" 2>&1 <<'PY'
-import json, sys
-from pti_cli.bench_kernels import bench_kernels, print_table
-res = bench_kernels(shapes=((28672, 4096), (128256, 4096)), ms=(1, 8, 16), kinds=("q8",), act=sys.argv[2],
-                    variants=("t1_r1_m1_u2", "t1_r1_m1_u4", "t1_r1_m1_u4_p1", "t1_r1_m1_u2_p1"))
-print_table(res)
-open(sys.argv[1], "w").write(json.dumps(res, indent=1))
-PY
-    )
-  done; done
+  for act in bf16 h16; do
+    VSWEEP_SHAPES=28672x4096,128256x4096 VSWEEP_ACT=$act VSWEEP_VARIANTS=t1_r1_m1_u2,t1_r1_m1_u4,t1_r1_m1_u4_p1,t1_r1_m1_u2_p1 \
+        vsweep_rounds "$OUT/vsweep_x_$act"
+  done
   SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,2,4,8} SYNTH_ENVS="PTI_VARIANTS=1:8:x=t1_r1_m1_u2 PTI_VARIANTS=1:8:x=t1_r1_m1_u4_p1
     PTI_VARIANTS=1:8:x=t1_r1_m1_u2 PTI_VARIANTS=1:8:x=t1_r1_m1_u4_p1" synth_env ;;
 xrow0)
