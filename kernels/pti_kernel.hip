@@ -779,151 +779,6 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             (rr < a.M[0] ? a.invo[0] : a.invo[1])[rr < a.M[0] ? rr : rr - a.M[0]] = __uint_as_float(PTI_INV_PENDING);
 }
 
-// ---- The activations shared through a ring in shared memory (sm_90: bulk copies, thread-block clusters) ----
-// pti_mm_tc's warps read their activation fragments from L2 in every CTA: at 8 rows that is as many bytes
-// as the CTA's weights, and on the H200 those loads are the whole rise in time from one row to eight
-// (docs/perf.md, session 49: the x_row0 probe).  pti_mm_xr takes each step's activations (M rows x 8 U
-// blocks, 512 U bytes a row) by bulk copies into an S-slot ring instead, and a cluster of C CTAs (C
-// consecutive units) copies each row once for all C (multicast): L2 sends each activation byte once a
-// cluster.  Its weights, its arithmetic and their order are pti_mm_tc's, so its outputs have their bits.
-#if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-
-__device__ __forceinline__ void pti_wg_bar_wait(unsigned bar, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile("{ .reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
-}
-__device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-// The same copy into every CTA of the cluster (C > 1), at the same offsets, each completing its own barrier.
-template <int C>
-__device__ __forceinline__ void pti_bulk_all(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-    if (C == 1) {
-        pti_wg_bulk(dst, src, bytes, bar);
-    } else {
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                     " [%0], [%1], %2, [%3], %4;"
-                     ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"((unsigned short)((1 << C) - 1)) : "memory");
-    }
-}
-// An arrival at the barrier at this CTA-relative address in CTA `rank` of the cluster (this one included).
-__device__ __forceinline__ void pti_arrive_at(unsigned bar, unsigned rank) {
-    asm volatile("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1;\n"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }" ::"r"(bar), "r"(rank) : "memory");
-}
-__device__ __forceinline__ void pti_cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
-__device__ __forceinline__ void pti_cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
-
-// One model (NTW 1), one row group a CTA, up to 8 rows (MT 1).  Shared memory: S "full" barriers (a slot's
-// copies landed) and S "empty" ones (8 C warps, all of the cluster's, done with a slot) in the first 128
-// bytes, then the slots: 8 rows of 512 U bytes, each row 64 bytes longer so that a warp's 8 rows of 64
-// bytes fall in different banks; pti_finish's memory after the loop.  The grid: the units rounded up to
-// whole clusters; a CTA past the last unit shares the copies and computes the last unit again, and stores
-// nothing.  Steps whose blocks are all whole and aligned go through the ring (every warp the same count);
-// the rest, from global memory as pti_mm_tc's tail.
-template <int TIN, int TOUT, int U, int PF, int C, int S>
-__device__ __forceinline__ void pti_mm_xr(const PtiArgs& a) {
-    constexpr int RS = 512 * U + 64, SLOT = 8 * RS;
-    static_assert(S >= 2 && S <= 8 && (C == 1 || C == 2 || C == 4), "the ring's barriers: 8 bytes each in 64");
-    extern __shared__ __align__(128) unsigned char pti_smem[];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int units = (a.N + 15) >> 4, unit = min((int)blockIdx.x, units - 1);
-    unsigned rank = 0;
-    if (C > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    const unsigned full = (unsigned)__cvta_generic_to_shared(pti_smem), empty = full + 64, ring = full + 128;
-    const int M = a.M[0], nst = a.vec_ok ? a.K / 32 / (8 * U) : 0;
-    pti_pdl_trigger();
-    if (tid == 0) {
-        for (int i = 0; i < S; ++i) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full + 8 * i) : "memory");
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty + 8 * i), "r"(8 * C) : "memory");
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    if (C > 1) {   // every CTA's barriers ready before another's copies or arrivals reach them
-        pti_cluster_arrive();
-        pti_cluster_wait();
-    } else {
-        __syncthreads();
-    }
-    // step j into slot j mod S: this CTA copies rows rank, rank + C, ... to all C; each CTA expects all M rows
-    auto fill = [&](int j) {
-        const unsigned slot = ring + (j % S) * SLOT, bar = full + 8 * (j % S);
-        asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }"
-                     ::"r"(bar), "r"(M * 512 * U) : "memory");
-        for (int m = rank; m < M; m += C)
-            pti_bulk_all<C>(slot + m * RS, a.x[0] + (pti_u64)m * a.ldx + (pti_u64)j * 256 * U, 512 * U, bar);
-    };
-    const PtiCvt k = pti_cvt_masks<TIN>((unsigned)a.vec_ok >> 31);
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    PtiPtrs<1, 1, 1> p;
-    const pti_u64 blk = (pti_u64)unit * a.nb + warp;
-    p.q[0][0] = a.q[0] + blk * 32 + lane;
-    p.s[0][0] = a.s[0] + blk * 8 + (lane >> 2);
-    p.x[0][0] = (const uint4*)a.x[0];   // (not read: the activations come from the ring)
-    p.xok[0][0] = true;
-    PtiStep<1, 1, 1, U> A, B;
-    if (PF == 1 && nst > 0) pti_load_w_step<0>(A, p);   // weights before the wait, as pti_mm_tc
-    pti_pdl_wait();
-    if (tid == 0)
-        for (int j = 0; j < min(S, nst); ++j) fill(j);
-    // this lane's fragment of block u of a slot: row lane / 4, columns 8 (lane mod 4) of block 8 u + warp
-    const unsigned char* xs = pti_smem + 128 + (lane >> 2) * RS + warp * 64 + (lane & 3) * 16;
-    auto step = [&](PtiStep<1, 1, 1, U>& st, int i) {
-        const int s = i % S;
-        pti_wg_bar_wait(full + 8 * s, (i / S) & 1);
-#pragma unroll
-        for (int u = 0; u < U; ++u) st.x[u][0][0] = *(const uint4*)(xs + s * SLOT + u * 512);
-        pti_compute_step<TIN>(st, acc, k);
-        __syncwarp();
-        if (lane == 0)
-            for (int r = 0; r < C; ++r) pti_arrive_at(empty + 8 * s, r);
-        // thread 0 refills the slot of step i - 1 (all C CTAs done with it) with step i - 1 + S
-        if (tid == 0 && i >= 1 && i - 1 + S < nst) {
-            pti_wg_bar_wait(empty + 8 * ((i - 1) % S), ((i - 1) / S) & 1);
-            fill(i - 1 + S);
-        }
-    };
-    int i = 0;
-    if (PF == 1) {   // pti_mm_tc's pipelined loop: step i + 1's weights in flight while step i is computed
-#pragma unroll 1
-        for (; i + 2 < nst; i += 2) {
-            pti_load_w_step<1>(B, p);
-            step(A, i);
-            pti_load_w_step<2>(A, p);
-            step(B, i + 1);
-            pti_advance<2, U>(p);
-        }
-        if (i + 1 < nst) {
-            pti_load_w_step<1>(B, p);
-            step(A, i);
-            step(B, i + 1);
-        } else if (i < nst) {
-            step(A, i);
-        }
-    } else {
-#pragma unroll 1
-        for (; i < nst; ++i) {
-            pti_load_w_step<0>(A, p);
-            pti_advance<1, U>(p);
-            step(A, i);
-        }
-    }
-    if (C > 1) pti_cluster_arrive();   // this CTA's arrivals at the others' barriers are all made
-    for (int b0 = warp + nst * 8 * U; b0 < a.nb; b0 += 8 * U)
-        pti_step_guarded<TIN, 1, 1, 1, U>(a, unit, b0, lane, acc, k);
-    __syncthreads();   // the ring's last reads done: pti_finish's memory overlaps it
-    if ((int)blockIdx.x < units) pti_finish<TIN, TOUT, 1, 1, 1, false>(a, unit, warp, lane, acc, (float*)(pti_smem + 128));
-    if (C > 1) pti_cluster_wait();   // no CTA leaves while another may still arrive at its barriers
-}
-
-#endif  // __CUDA_ARCH__ >= 900
-
 // ---- Hopper (sm_90a) helpers of the wgmma matmul below (pti_wg_mm); here, ahead of the tensor-core
 // kernels' instantiations, so that scripts/wgmma_probe.cu's forms use them too.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1017,6 +872,19 @@ __device__ __forceinline__ void pti_wg_block(float* acc, const uint4& w, unsigne
     pti_wg_scale<NR / 2>(acc, d, sc);
 }
 
+__device__ __forceinline__ void pti_wg_bar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 #define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC)                               \
@@ -1086,38 +954,6 @@ PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
 PTI_TC_ALL(bf16_glu, 0, 2)
 PTI_TC_ALL(f16_glu, 1, 2)   // an h16 model's gate/up (its outputs h16: PtiArgs.h16)
-
-// The ring variants (pti_mm_xr; sm_90 only: the host loads them there): pti_mm_{tag}_t1_r1_m1_u{U}[_p1]_c{C}_s{S},
-// the arguments of PTI_TC_K, MINB last.  Not in the policy (pti_cli/backends/cuda.py RING_VARIANTS).
-#if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define PTI_XR(NAME, TIN, TOUT, U, PF, C, S, MINB)                                              \
-    extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
-        const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
-        const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
-        int Mb, int N, int K, int nb, int ldx, int ldy, int vec_ok,                            \
-        const float* pina, const float* pinb, int ng, float eps, const float* inva,            \
-        const float* invb, unsigned short* uoa, unsigned short* uob, float* poa, float* pob,   \
-        const float* ga, const float* gb, float* ioa, float* iob, int n_inv, int h16,          \
-        unsigned short* toa, unsigned short* tob, int tnr) {                                   \
-        const PtiArgs a = {{qa, qb}, {sa, sb}, {xa, xb}, {ya, yb}, {Ma, Mb},                   \
-                           N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {inva, invb},    \
-                           {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv, h16,           \
-                           {toa, tob}, tnr};                                                   \
-        pti_mm_xr<TIN, TOUT, U, PF, C, S>(a);                                                  \
-    }
-#define PTI_XR_ALL(TAG, TIN, TOUT)                                           \
-    PTI_XR(pti_mm_##TAG##_t1_r1_m1_u4_p1_c1_s3, TIN, TOUT, 4, 1, 1, 3, 2)    \
-    PTI_XR(pti_mm_##TAG##_t1_r1_m1_u4_p1_c2_s3, TIN, TOUT, 4, 1, 2, 3, 2)    \
-    PTI_XR(pti_mm_##TAG##_t1_r1_m1_u4_p1_c4_s3, TIN, TOUT, 4, 1, 4, 3, 2)    \
-    PTI_XR(pti_mm_##TAG##_t1_r1_m1_u2_c2_s4, TIN, TOUT, 2, 0, 2, 4, 4)       \
-    PTI_XR(pti_mm_##TAG##_t1_r1_m1_u2_c4_s4, TIN, TOUT, 2, 0, 4, 4, 4)
-PTI_XR_ALL(bf16_f32, 0, 0)
-PTI_XR_ALL(bf16_out, 0, 1)
-PTI_XR_ALL(f16_f32, 1, 0)
-PTI_XR_ALL(f16_out, 1, 1)
-PTI_XR_ALL(bf16_glu, 0, 2)
-PTI_XR_ALL(f16_glu, 1, 2)
-#endif
 
 // ---- Hopper (sm_90a): the wgmma matmul for 17-64 rows of tall matrices (docs/perf.md, sessions 22-26) ----
 // Past 16 rows the mma.sync kernels above are bound inside the SM: every warp loads every activation

@@ -190,31 +190,3 @@ def test_the_tiles_launch_comes_first_when_not_given(monkeypatch):
     names = [f.rsplit("_", 2)[-2] + "_" + f.rsplit("_", 1)[-1] if f != "pti_wg_tiles" else f for f, _, _ in be._drv.launches]
     assert names == ["pti_wg_tiles", "m8_c8", "m8_d8"] * 2
     assert [cfg.gridDimY for _, cfg, _ in be._drv.launches] == [1] * 6
-
-
-def test_ring_variant_launch_is_whole_clusters(monkeypatch):
-    """A ring variant (RING_VARIANTS) launches the units rounded up to whole clusters of its C, with the cluster
-    attribute (none at C = 1), its own shared memory (ring_smem: 128 bytes of barriers, then the larger of the ring
-    and pti_finish's); the policy kernels keep one CTA a unit, no cluster."""
-    from pti_cli.backends.cuda import RING_VARIANTS, SMEM_BYTES, ring_carveout, ring_smem, split_variant
-    be = backend(monkeypatch)
-    be.funcs = {}
-    for v in list(RING_VARIANTS) + ["t1_r1_m1_u4_p1"]:
-        n = f"pti_mm_bf16_f32_{v}"
-        be.funcs[n] = n
-        be.smem[n] = ring_smem(split_variant(v)) if v in RING_VARIANTS else SMEM_BYTES
-    p = weight(1008, 4096, 1)[0]   # 63 units
-    x, y = torch.empty(8, 4096, dtype=torch.bfloat16), torch.empty(8, 1008, dtype=torch.float32)
-    for v, want_grid, want_cluster in [("t1_r1_m1_u4_p1_c1_s3", 63, 0), ("t1_r1_m1_u4_p1_c2_s3", 64, 2),
-                                       ("t1_r1_m1_u4_p1_c4_s3", 64, 4), ("t1_r1_m1_u2_c2_s4", 64, 2),
-                                       ("t1_r1_m1_u2_c4_s4", 64, 4), ("t1_r1_m1_u4_p1", 63, 0)]:
-        be._drv.launches.clear()
-        be.launch([p], [x], [y], f"pti_mm_bf16_f32_{v}")
-        (f, cfg, _), = be._drv.launches
-        cluster = next((a.value.clusterDim.x for a in cfg.attrs[:cfg.numAttrs]
-                        if a.id == be._drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION), 0)
-        assert (cfg.gridDimX, cluster, cfg.sharedMemBytes) == (want_grid, want_cluster, be.smem[f]), v
-    u4, u2 = split_variant("t1_r1_m1_u4_p1_c2_s3"), split_variant("t1_r1_m1_u2_c2_s4")
-    assert ring_smem(u4) == 128 + 3 * 8 * (512 * 4 + 64) and ring_smem(u2) == 128 + 4 * 8 * (512 * 2 + 64)
-    # two CTAs of 50.8 KB (and 1 KB each reserved) need 45% of 228 KB; four of 34.9 KB, 62%
-    assert ring_carveout(u4, 2) == 45 and ring_carveout(u2, 4) == 62

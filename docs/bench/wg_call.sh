@@ -90,11 +90,6 @@
 #              x_row0 (scripts/probe_source.py: every lane reads activation row 0, so 8 rows move one row's activation
 #              bytes; outputs wrong, timing only), bf16 real / probe / real / probe, then h16 real / probe
 #              (kernels_xrow0_ACT_SRC_N.json); carry the probe's binary (probe_source.py --compile) in .carry
-#     ring         session 50: the ring variants (RING_VARIANTS, pti_mm_xr): their GPU tests (-k ring, $OUT/ring_test.log);
-#              only if they pass, the kernel table of gate/up, down and O at 1 and 8 rows, q8, on the policy's variants
-#              u2 and u4_p1 and on every ring variant, bf16 then h16, two rounds each; then one model at 1 and 8
-#              sequences with PTI_VARIANTS empty (the policy) / RING_AB_N / RING_AB_NX, twice; the JSON files in
-#              $OUT/ring_json.tgz (a call returns at most 8 files)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -398,35 +393,6 @@ xrow0)
     ( [ $src = probe ] && export PTI_KERNEL_SOURCE=/tmp/x_row0.hip
       ktable "$OUT/kernels_xrow0_${act}_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8,ssq16 $act )
   done ;;
-ring)
-  step "GPU tests -k ring"
-  timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -k ring > "$OUT/ring_test.log" 2>&1
-  rc=$?; tail -15 "$OUT/ring_test.log" >> "$LOG"
-  if [ $rc != 0 ]; then step "the ring tests failed (exit $rc): no timing"; continue; fi
-  J=/tmp/ring_json; mkdir -p $J
-  for act in bf16 h16; do
-    for i in 1 2; do
-      step "kernel table 28672x4096,4096x14336,4096x4096 rows 1,8 q8 $act: policy u2, u4_p1 and the ring variants (round $i)"
-      timeout 200 python3 - "$J/ring_${act}_$i.json" $act >> "$LOG" 2>&1 <<'PY'
-import json, sys
-from pti_cli.backends.cuda import RING_VARIANTS
-from pti_cli.bench_kernels import bench_kernels, print_table
-res = bench_kernels(shapes=((28672, 4096), (4096, 14336), (4096, 4096)), ms=(1, 8), kinds=("q8",),
-                    variants=("t1_r1_m1_u2", "t1_r1_m1_u4_p1", *RING_VARIANTS), act=sys.argv[2])
-print_table(res)
-open(sys.argv[1], "w").write(json.dumps(res, indent=1))
-PY
-    done
-  done
-  i=0
-  for cfg in "" "${RING_AB_N:-1:8:n=t1_r1_m1_u4_p1_c2_s3}" "${RING_AB_NX:-1:8:n=t1_r1_m1_u4_p1_c2_s3;1:8:x=t1_r1_m1_u2_c2_s4}" \
-             "" "${RING_AB_N:-1:8:n=t1_r1_m1_u4_p1_c2_s3}" "${RING_AB_NX:-1:8:n=t1_r1_m1_u4_p1_c2_s3;1:8:x=t1_r1_m1_u2_c2_s4}"; do
-    i=$((i + 1))
-    step "bench --synthetic 8b --seqs 1,8 --twins a PTI_VARIANTS='$cfg'"
-    PTI_VARIANTS="$cfg" timeout 150 python3 -m pti_cli.cli bench --synthetic 8b --seqs 1,8 --twins a --repeats 3 \
-        --json "$J/synth_8b_a_$i.json" 2>&1 | grep -v "^[┏┡└]" | tail -8 >> "$LOG"
-  done
-  tar czf "$OUT/ring_json.tgz" -C /tmp ring_json ;;
 cluster-probe)
   step "cluster placement probe"
   timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1 ;;

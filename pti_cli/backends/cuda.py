@@ -57,12 +57,6 @@ TC_BF16_VARIANTS = {(1, 8, "w"): "t1_r1_m1_u2_p1"}
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u2_p1", "t1_r1_m2_u3",
                   "t1_r1_m2_u4", "t1_r2_m1_u2_p1", "t1_r2_m1_u4_p1")
-# The ring variants (kernels/pti_kernel.hip pti_mm_xr, sm_90 only): one model, up to 8 rows, the activations
-# of each step by bulk copies into an S-slot ring in shared memory ("_s{S}"), one copy a cluster of C CTAs
-# ("_c{C}", multicast).  Loaded and benchmarkable on sm_90, not in the policy (docs/perf.md, session 50).
-# By name, the CTAs a SM their registers are held to (MINB), which sets the shared-memory carveout they ask.
-RING_VARIANTS = {"t1_r1_m1_u4_p1_c1_s3": 2, "t1_r1_m1_u4_p1_c2_s3": 2, "t1_r1_m1_u4_p1_c4_s3": 2,
-                 "t1_r1_m1_u2_c2_s4": 4, "t1_r1_m1_u2_c4_s4": 4}
 TWIN_KERNEL_MAX_ROWS = 8
 # The policy's one-twin variants of two or more row tiles (more than 8 rows) also exist in the inv
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
@@ -366,7 +360,7 @@ def _overrides(spec: str) -> dict[str, str]:
     out = {}
     for item in filter(None, spec.split(";")):
         key, _, name = item.partition("=")
-        if name not in all_variants() + list(RING_VARIANTS) or len(key.split(":")) != 3 or key.split(":")[2] not in ("n", "w", "x"):
+        if name not in all_variants() or len(key.split(":")) != 3 or key.split(":")[2] not in ("n", "w", "x"):
             raise PtiError(f"PTI_VARIANTS: {item!r} is not TWINS:ROWS:n|w|x=VARIANT with a variant of {all_variants()}")
         out[key] = name
     return out
@@ -400,20 +394,8 @@ def all_variants() -> list[str]:
 
 def split_variant(name: str) -> dict[str, int]:
     """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 'i': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
-    (p: the pipelined main loop; i: the inv CTAs' form; 0 when absent); a ring variant's also c (CTAs a
-    cluster) and s (ring slots)."""
+    (p: the pipelined main loop; i: the inv CTAs' form; 0 when absent)."""
     return {"p": 0, "i": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
-
-
-def ring_smem(v: dict[str, int]) -> int:
-    """A ring variant's dynamic shared memory (split_variant's v): 128 bytes of barriers, then the larger of
-    the ring (s slots of 8 rows of 512 u + 64 bytes) and pti_finish's SMEM_BYTES."""
-    return 128 + max(SMEM_BYTES, v["s"] * 8 * (512 * v["u"] + 64))
-
-
-def ring_carveout(v: dict[str, int], minb: int) -> int:
-    """The carveout (percent of the SM's 228 KB) that holds minb CTAs of a ring variant (1 KB each reserved)."""
-    return min(100, -(-minb * (ring_smem(v) + 1024) * 100 // (228 * 1024)))
 
 
 # the tensor-core kernels' dynamic shared memory (pti_finish): the cross-warp reduction (16 KB), each
@@ -824,8 +806,7 @@ class KernelBackend(Backend):
         xp = [x.data_ptr() if x.shape[0] else some for x in xs] + [0]   # (an empty tensor's pointer is 0)
         p0 = packs[0]
         g, nb = p0.q.shape[:2]
-        sv = {} if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])
-        rg, cl = sv.get("r", 1), sv.get("c", 1)
+        rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
         ms = [x.shape[0] for x in xs] + [0]
         ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
         vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
@@ -852,8 +833,6 @@ class KernelBackend(Backend):
                                f"[{p0.rows} x 16, 32 or 64] 16-bit tensors")
         elif epi is not None:
             raise PtiError(f"{name} has no norm epilogue")
-        if "s" in sv:   # a ring variant (no "_i1" form, so no inv CTAs): whole clusters; a CTA past the last unit stores nothing
-            return -(-g // cl) * cl, vals, types
         return g // rg + extra, vals, types
 
     # -- per platform ----------------------------------------------------------
@@ -1018,24 +997,10 @@ class CudaBackend(KernelBackend):
                     if _cu(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, THREADS, SMEM_BYTES),
                            f"occupancy {n}") < 1:
                         raise PtiError(f"kernel {n} cannot run on {torch.cuda.get_device_name(self.device)}")
-            if major >= 9 and not self.generic:
-                self._load_ring(driver)
             if self.arch == "sm_90a" and not self.generic and self.act_dtype == torch.bfloat16:
                 self._load_wg(driver)
         # programmatic dependent launch (sm_90+): a kernel may start while the previous one ends
         self.pdl = major >= 9 and os.environ.get("PTI_PDL", "1") != "0"
-
-    def _load_ring(self, driver) -> None:
-        """The ring variants (RING_VARIANTS), each with its own shared memory and carveout."""
-        for v, minb in RING_VARIANTS.items():
-            sv = split_variant(v)
-            for tag in ("bf16_f32", "bf16_out", "f16_f32", "f16_out", "bf16_glu", "f16_glu"):
-                n = f"pti_mm_{tag}_{v}"
-                f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
-                self.smem[n] = ring_smem(sv)
-                _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                              self.smem[n]), f"shared memory of {n}")
-                set_carveout(driver, f, ring_carveout(sv, minb), n)
 
     def _load_wg(self, driver) -> None:
         """The Hopper kernels (WG_VARIANTS), kept apart from self.funcs: they want most of the SM's
@@ -1205,9 +1170,8 @@ class CudaBackend(KernelBackend):
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        cluster = split_variant(name.split("_", 4)[4]).get("c", 1) if name.startswith("pti_mm_") else 1
         launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
-                      (vals, types), self.pdl, f"launch {name}", cluster if cluster > 1 else 0)
+                      (vals, types), self.pdl, f"launch {name}")
 
     def row_inv(self, p: torch.Tensor, cols: int, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
         rows, ng = p.shape

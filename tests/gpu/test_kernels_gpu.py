@@ -241,31 +241,6 @@ def test_every_variant_gives_the_same_bits(backend, k):
                     assert torch.equal(ys[tw][i].view(torch.int32), one[0].view(torch.int32)), (v, m, i)
 
 
-@pytest.mark.parametrize("k", [4096, 4096 + 5 * 32 + 8, 1004])
-def test_ring_variants_give_the_same_bits(backend, k):
-    """The ring variants (kernels/pti_kernel.hip pti_mm_xr: activations by bulk copies into shared
-    memory, one copy a cluster) give every row the one-row kernel's bits, at 1-8 rows, with units that
-    are not a whole number of clusters (19) and blocks outside the ring (K not a whole number of steps; K = 1004:
-    unaligned rows, no ring at all).  test_norm_gpu checks that the CTA past the last unit adds
-    nothing into a residual stream."""
-    from pti_cli.backends.cuda import RING_VARIANTS
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.fail("the ring variants need sm_90")
-    n = 300
-    q, d = rand_q8(n, k)
-    w = load(backend, [(q, d)], k)
-    for v in RING_VARIANTS:
-        for m in (1, 3, 8):
-            x = rand_x(m, k, torch.bfloat16)
-            y = poisoned(m, n, torch.float32)
-            backend.launch(w.packs[:1], [x], [y], f"pti_mm_bf16_f32_{v}")
-            check_close(y, x, q, d, k)
-            for i in range(m):
-                one = poisoned(1, n, torch.float32)
-                backend.launch(w.packs[:1], [x[i:i + 1]], [one], "pti_mm_bf16_f32_t1_r1_m1_u8")
-                assert torch.equal(y[i].view(torch.int32), one[0].view(torch.int32)), (v, m, i)
-
-
 def test_twin_launch_with_one_twin_empty(backend):
     """A twin kernel launched with rows for one twin only computes that twin's rows right (the
     kernels read each twin's row 0 unconditionally: the empty twin is given the other's), and a
