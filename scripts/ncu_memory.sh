@@ -2,9 +2,11 @@
 # ncu's memory sections for the matmuls whose activations may not fit L1 (docs/perf.md, session 11,
 # "a lead for the 32- and 64-row targets"): L1 hit rate and L2-to-L1 bytes against each launch's
 # weight bytes.  bash scripts/ncu_memory.sh   (carry .whl; $OUT/memory.txt)
+# NCU_PROBES="NAME:N:K:M:VARIANT ...": other launches than the default list below (session 50: 1 and 8 rows).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PTI_CACHE_DIR=/tmp/pti-cache
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source scripts/device_cache.sh   # the binaries .carry holds (scripts/device_prep.sh), if any
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 probe() {   # name, then kernel_probe.py's N K M VARIANT
   local name=$1; shift
@@ -16,10 +18,9 @@ probe() {   # name, then kernel_probe.py's N K M VARIANT
       >> "$OUT/memory.txt"
 }
 python3 -c "from pti_cli.backends.cuda import CudaBackend; CudaBackend()" > /dev/null 2>&1   # compile once
-probe gateup_1 28672 4096 1 t1_r1_m1_u2
-probe gateup_16 28672 4096 16 t1_r1_m2_u1
-probe gateup_32 28672 4096 32 t1_r1_m4_u1
-probe gateup_32_r2 28672 4096 32 t1_r2_m4_u2
-probe down_16 4096 14336 16 t1_r1_m2_u2_p1
-probe down_32 4096 14336 32 t1_r1_m4_u2
+for p in ${NCU_PROBES:-gateup_1:28672:4096:1:t1_r1_m1_u2 gateup_16:28672:4096:16:t1_r1_m2_u1
+           gateup_32:28672:4096:32:t1_r1_m4_u1 gateup_32_r2:28672:4096:32:t1_r2_m4_u2
+           down_16:4096:14336:16:t1_r1_m2_u2_p1 down_32:4096:14336:32:t1_r1_m4_u2}; do
+  probe ${p//:/ }
+done
 cat "$OUT/memory.txt"
