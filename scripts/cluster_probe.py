@@ -110,6 +110,16 @@ def per_gpc(records: list[tuple[int, int, int, int]], groups: list[set[int]], wo
     return out
 
 
+def parity(records: list[tuple[int, int, int, int]]) -> dict:
+    """How many CTAs sit on an SM whose index has their cluster rank's parity, and how many SMs hold CTAs of both
+    rank parities: the K-split pairs (pti_mm_tc KS = 2) halve each SM's activation bytes only where none does."""
+    ranks: dict[int, set[int]] = {}
+    for sm, _, rank, _ in records:
+        ranks.setdefault(sm, set()).add(rank % 2)
+    return {"ctas": len(records), "same": sum(sm % 2 == rank % 2 for sm, _, rank, _ in records),
+            "mixed_sms": sum(len(r) > 1 for r in ranks.values())}
+
+
 def main() -> None:
     import torch
     from cuda.bindings import driver
@@ -182,6 +192,8 @@ def main() -> None:
                ("the same, policy load balancing", 32, 8, smem["m4_c8"], False, 2, None),
                (f"m8_c8: 32 clusters of 8 ({resident(8, smem['m8_c8'])} fit)", 32, 8, smem["m8_c8"], False, 0, None),
                ("m2_c4 (two twins): 64 clusters of 4", 64, 4, smem["m2_c4"], False, 0, None),
+               ("pairs (the K-split pairs, session 51): 128 clusters of 2 at two CTAs a SM", 128, 2, cuda.WG_SMEM_TWO,
+                False, 0, None),
                ("plain: 256 CTAs at m4_c8's shared memory (the fixup form)", 256, 1, smem["m4_c8"], False, 0, None),
                (f"tickets: {full} clusters of 8 (all that fit), the first 32 working", full, 8, smem["m4_c8"], True, 0, 32)]
     two = resident(8, cuda.WG_SMEM_TWO)
@@ -202,9 +214,13 @@ def main() -> None:
     for name, recs, c, working in runs:
         p = placement(recs, sms, working)
         gp = per_gpc(recs, groups, working) if c > 1 else []
+        par = parity(recs) if c > 1 else None
         print(f"  {name}: CTAs a SM {p['histogram']}, mean / most {p['mean_over_most']:.2f}, idle SMs {p['idle_sms']}"
-              + (f", working clusters a GPC {gp}" if gp else ""))
-        out["configs"].append({"name": name, "cluster": c, "working": working, "records": recs, **p, "per_gpc": gp})
+              + (f", working clusters a GPC {gp}" if gp else "")
+              + (f"; rank parity = SM parity for {par['same']} of {par['ctas']} CTAs, SMs holding both parities "
+                 f"{par['mixed_sms']}" if par else ""))
+        out["configs"].append({"name": name, "cluster": c, "working": working, "records": recs, **p, "per_gpc": gp,
+                               "parity": par})
     if args.json:
         args.json.write_text(json.dumps(out))
 

@@ -69,3 +69,14 @@ def test_probe_kernel_compiles_for_hopper():
     from pti_cli.backends.compile import compile_nvrtc
     binary = compile_nvrtc(_script().SRC, "sm_90").binary
     assert binary[:4] == b"\x7fELF" and b"place" in binary
+
+
+def test_parity_counts_ctas_and_mixed_sms():
+    """parity(): CTAs on an SM of their rank's parity, and SMs that hold both parities (where a K-split pair's
+    halves would share an SM's activation reads)."""
+    cp, rng = _script(), random.Random()
+    n = rng.randrange(4, 40)
+    records = [(2 * i + r, i, r, i) for i in range(n) for r in (0, 1)]   # pairs on even/odd SMs: every CTA matches
+    assert cp.parity(records) == {"ctas": 2 * n, "same": 2 * n, "mixed_sms": 0}
+    records += [(0, n, 1, n), (5, n, 0, n)]   # rank 1 on SM 0, rank 0 on SM 5: two mismatches, two mixed SMs
+    assert cp.parity(records) == {"ctas": 2 * n + 2, "same": 2 * n, "mixed_sms": 2}

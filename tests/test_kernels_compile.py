@@ -26,6 +26,9 @@ def test_nvrtc_compiles_and_caches(tmp_path, monkeypatch):
         assert all(f"pti_mm_{tag}_{v}_i1" in res for v in INV_VARIANTS)
         assert f"pti_mmg_{tag}_t1" in res and f"pti_mmg_{tag}_t2" in res
     assert "pti_stream_read" in res
+    from pti_cli.backends.cuda import SPLIT_VARIANTS   # sm_90 only (check_kernels: not in the sm_80 build)
+    assert all(f"pti_mm_{tag}_{v}" in res for v in SPLIT_VARIANTS
+               for tag in ("bf16_f32", "bf16_out", "f16_f32", "f16_out", "bf16_glu", "f16_glu"))
     for name, r in res.items():
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, name
     again = cached_binary("cuda", "sm_90")
@@ -312,6 +315,16 @@ def test_variant_names_match_the_kernel_source():
         assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
         assert minb in (1, 2, 3, 4, 5), v
         assert split_variant(f"pti_mm_bf16_f32_{v}".split("_", 4)[4]) == split_variant(v)
+    # the K-split pairs: the plain variant's template arguments, its MINB or less (u2_k2: 4, it spilled at 5), at most
+    # 4 slots (pti_finish's one exchange)
+    from pti_cli.backends.cuda import SPLIT_VARIANTS
+    pairs = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
+             for m in re.finditer(r"PTI_TC_S\(pti_mm_##TAG##_(\w+)_k2, TIN, TOUT, ([\d, ]+)\)", kernel_source())}
+    assert sorted(f"{v}_k2" for v in pairs) == sorted(SPLIT_VARIANTS) and SPLIT_VARIANTS
+    for v, args in pairs.items():
+        sv = split_variant(f"{v}_k2")
+        assert args[:-1] == inst[v][:-1] and args[-1] <= inst[v][-1], v
+        assert sv == {**split_variant(v), "k": 2} and sv["t"] * sv["r"] * sv["m"] <= 4, v
     # the inv CTAs' form: the same template arguments and MINB as the plain variant, one twin, 2+ row tiles
     inv = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
            for m in re.finditer(r"PTI_TC_I\(pti_mm_##TAG##_(\w+)_i1, TIN, TOUT, ([\d, ]+)\)", kernel_source())}
