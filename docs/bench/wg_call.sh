@@ -93,7 +93,8 @@
 #     split        session 51: the K-split pairs (SPLIT_VARIANTS, "_k2"): the cluster probe, their GPU tests, then each beside its plain
 #              variant on the four matrices at 1, 8 and 16 rows, q8 and ssq16, bf16 then h16, two rounds each
 #              (split_ACT_N.json); then one model at SYNTH_SEQS (default 1,8,16) with PTI_VARIANTS empty (the policy) /
-#              the narrow and wide classes' pairs / empty / pairs (JSON "a"); every JSON then in $OUT/split_json.tgz
+#              the narrow and wide classes' pairs / empty / pairs (JSON "a"; SPLIT_SYNTH=0: not); every JSON then in
+#              $OUT/split_json.tgz
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -421,7 +422,7 @@ open(out, "w").write(json.dumps(res, indent=1))
 PY
   done; done
   pairs="PTI_VARIANTS=1:8:n=t1_r1_m1_u4_p1_k2;1:16:n=t1_r1_m2_u2_p1_k2;1:8:w=t1_r1_m1_u4_k2;1:16:w=t1_r1_m2_u1_p1_k2"
-  SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,8,16} SYNTH_ENVS="PTI_VARIANTS= $pairs PTI_VARIANTS= $pairs" synth_env
+  [ "${SPLIT_SYNTH:-1}" = 1 ] && SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,8,16} SYNTH_ENVS="PTI_VARIANTS= $pairs PTI_VARIANTS= $pairs" synth_env
   ( cd "$OUT" && tar czf split_json.tgz ./*.json && rm -f ./*.json ) ;;
 cluster-probe)
   step "cluster placement probe"
