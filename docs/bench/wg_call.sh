@@ -94,7 +94,7 @@
 #              variant on the four matrices at 1, 8 and 16 rows, q8 and ssq16, two rounds of bf16 then h16
 #              (split_ACT_N.json, with cluster_probe.json into $OUT/split_tables.tgz); then one model at SYNTH_SEQS
 #              (default 1,8,16) with PTI_VARIANTS empty (the policy) / the narrow and wide classes' pairs / empty /
-#              pairs (JSON "a" into $OUT/split_synth.tgz; SPLIT_SYNTH=0: not)
+#              pairs (JSON "a" into $OUT/split_synth.tgz; SPLIT_SYNTH=0: not; SPLIT_ROUNDS="1": one round)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -402,7 +402,7 @@ split)
   step "cluster placement probe (clusters of 2: the pairs' halves by SM parity?)"
   timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1
   gtest "split_pair"
-  for i in 1 2; do for act in bf16 h16; do
+  for i in ${SPLIT_ROUNDS:-1 2}; do for act in bf16 h16; do
     step "K-split pairs beside their variants, $act (round $i)"
     timeout 240 python3 - "$OUT/split_${act}_$i.json" $act >> "$LOG" 2>&1 <<'PY'
 import json, sys
