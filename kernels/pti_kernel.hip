@@ -1030,7 +1030,8 @@ PTI_TC_ALL(bf16_glu, 0, 2)
 PTI_TC_ALL(f16_glu, 1, 2)   // an h16 model's gate/up (its outputs h16: PtiArgs.h16)
 
 // "_k2": the K-split pair of a variant (pti_mm_tc KS = 2), launched in clusters of two CTAs, so sm_90
-// only (absent from the sm_80 build); its template arguments and MINB are the plain variant's.  Loaded
+// only (absent from the sm_80 build); its template arguments and MINB are the plain variant's (but u2's
+// MINB is 4, not 5: at 48 registers the pair spilled 4 bytes with bf16 inputs).  Loaded
 // and benchmarkable there, not in the policy (pti_cli/backends/cuda.py SPLIT_VARIANTS).
 #if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PTI_TC_S(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false, 2)
