@@ -348,8 +348,10 @@ def test_variant_overrides_from_the_environment(monkeypatch):
     assert variant_for(2, 3) == twins   # entries not named keep the policy
     for bad in ("1:16:w=t9_r1_m2_u4", "1:16=t1_r1_m2_u4", "1:16:y=t1_r1_m2_u4"):
         monkeypatch.setenv("PTI_VARIANTS", bad)
-        with pytest.raises(PtiError, match="PTI_VARIANTS"):
+        with pytest.raises(PtiError, match="PTI_VARIANTS.*t1_r1_m1_u4_p1_k2"):   # the K-split pairs listed too
             variant_for(1, 16, "w")
+    monkeypatch.setenv("PTI_VARIANTS", "1:8:n=t1_r1_m1_u4_p1_k2")   # a K-split pair (sm_90) is accepted
+    assert variant_for(1, 8, "n") == "t1_r1_m1_u4_p1_k2" and variant_for(1, 8, "w") == base[1]
 
 
 def test_width_classes_pick_the_policy():

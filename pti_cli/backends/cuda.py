@@ -365,8 +365,9 @@ def _overrides(spec: str) -> dict[str, str]:
     out = {}
     for item in filter(None, spec.split(";")):
         key, _, name = item.partition("=")
-        if name not in all_variants() + list(SPLIT_VARIANTS) or len(key.split(":")) != 3 or key.split(":")[2] not in ("n", "w", "x"):
-            raise PtiError(f"PTI_VARIANTS: {item!r} is not TWINS:ROWS:n|w|x=VARIANT with a variant of {all_variants()}")
+        known = all_variants() + list(SPLIT_VARIANTS)
+        if name not in known or len(key.split(":")) != 3 or key.split(":")[2] not in ("n", "w", "x"):
+            raise PtiError(f"PTI_VARIANTS: {item!r} is not TWINS:ROWS:n|w|x=VARIANT with a variant of {known}")
         out[key] = name
     return out
 
