@@ -26,9 +26,10 @@ def test_nvrtc_compiles_and_caches(tmp_path, monkeypatch):
         assert all(f"pti_mm_{tag}_{v}_i1" in res for v in INV_VARIANTS)
         assert f"pti_mmg_{tag}_t1" in res and f"pti_mmg_{tag}_t2" in res
     assert "pti_stream_read" in res
-    from pti_cli.backends.cuda import SPLIT_VARIANTS   # sm_90 only (check_kernels: not in the sm_80 build)
-    assert all(f"pti_mm_{tag}_{v}" in res for v in SPLIT_VARIANTS
-               for tag in ("bf16_f32", "bf16_out", "f16_f32", "f16_out", "bf16_glu", "f16_glu"))
+    from pti_cli.backends.cuda import MM_TAGS, SPLIT_VARIANTS   # sm_90 only (check_kernels: not in the sm_80 build)
+    assert len(MM_TAGS) == 6   # every form the loader asks for (CudaBackend._load_module)
+    assert all(f"pti_mm_{tag}_{v}" in res for v in SPLIT_VARIANTS for tag in MM_TAGS)
+    assert all(f"pti_mm_{tag}_{v}_i1" in res for v in INV_VARIANTS for tag in MM_TAGS)
     for name, r in res.items():
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, name
     again = cached_binary("cuda", "sm_90")

@@ -67,6 +67,8 @@ TWIN_KERNEL_MAX_ROWS = 8
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
 INV_VARIANTS = tuple(dict.fromkeys(v for lim, names in TC_VARIANTS[1] if lim > 8 for v in names.values()))
 ACT_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16"}
+# the tensor-core kernels' input/output forms in their names: pti_mm_{tag}_{variant}
+MM_TAGS = ("bf16_f32", "bf16_out", "bf16_glu", "f16_f32", "f16_out", "f16_glu")
 
 # The Hopper kernels (kernels/pti_kernel.hip, pti_wg_mm; sm_90a, unless PTI_WGMMA=0): 17-64 rows of tall
 # matrices (width class "x": an 8B model's gate/up and head), bf16 or f16 (h16) inputs, from a second copy
@@ -990,11 +992,9 @@ class CudaBackend(KernelBackend):
                 names += [f"pti_mm_{ACT_TAGS[a]}_{o}_{v}" for a in ACT_TAGS for o in ("f32", "out")
                           for v in all_variants()]
                 names += [f"pti_mm_{a}_glu_{v}" for a in ("bf16", "f16") for v in all_variants()]
-                names += [f"pti_mm_{t}_{v}_i1" for t in ("bf16_f32", "bf16_out", "bf16_glu", "f16_f32", "f16_out", "f16_glu")
-                          for v in INV_VARIANTS]
+                names += [f"pti_mm_{t}_{v}_i1" for t in MM_TAGS for v in INV_VARIANTS]
                 if major >= 9:   # clusters: the sm_90 build only
-                    names += [f"pti_mm_{t}_{v}" for t in ("bf16_f32", "bf16_out", "bf16_glu", "f16_f32", "f16_out", "f16_glu")
-                              for v in SPLIT_VARIANTS]
+                    names += [f"pti_mm_{t}_{v}" for t in MM_TAGS for v in SPLIT_VARIANTS]
             carveout = mm_carveout()
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
@@ -1182,9 +1182,8 @@ class CudaBackend(KernelBackend):
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        pair = name.startswith("pti_mm_") and split_variant(name.split("_", 4)[4]).get("k") == 2
         launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
-                      (vals, types), self.pdl, f"launch {name}", 2 if pair else 0)
+                      (vals, types), self.pdl, f"launch {name}", 2 if name.endswith("_k2") else 0)   # K-split pairs
 
     def row_inv(self, p: torch.Tensor, cols: int, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
         rows, ng = p.shape
