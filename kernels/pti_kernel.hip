@@ -74,33 +74,6 @@ __device__ __forceinline__ void pti_pdl_wait() {
 #endif
 }
 
-// Thread-block clusters (sm_90+; only the K-split pairs call these, and they are built for sm_90 only).
-// pti_cluster_sync: every thread of the cluster's CTAs arrives, and waits for all; shared-memory writes
-// before it are visible to the cluster's loads after it.
-__device__ __forceinline__ void pti_cluster_sync() {
-#if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ unsigned pti_cluster_rank() {
-    unsigned r = 0;
-#if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-    return r;
-}
-// 16 bytes at p (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`.
-__device__ __forceinline__ float4 pti_dsmem_ld4(const float* p, unsigned rank) {
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned ra;
-    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(rank));
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(ra) : "memory");
-#endif
-    return v;
-}
-
 __device__ __forceinline__ float pti_bf16_to_f32(unsigned short h) {
     return __uint_as_float(((unsigned)h) << 16);
 }
@@ -470,42 +443,14 @@ __device__ __forceinline__ void pti_inv_from_pin(const PtiArgs& a, float* inv_s,
     }
 }
 
-// A K-split pair's exchange (pti_mm_tc, KS = 2), after each CTA has written its 8 warps' sums
-// into red: warps 0-3 hold unit 2 p's chains 4 h .. 4 h + 3, warps 4-7 unit 2 p + 1's (h: this
-// CTA's rank).  This CTA writes unit 2 p + h, whose own chains already sit in the slots of their
-// chain numbers; the other four come from the other CTA's warps 4 h .. 4 h + 3 into slots
-// 4 (1 - h) ..: read over distributed shared memory, then (once the other CTA has read this one's)
-// written, so that red holds the unit's 8 chains in chain order, as one CTA's 8 warps leave it.
-template <int S>
-__device__ __forceinline__ void pti_pair_exchange(float* red) {
-    const unsigned h = pti_cluster_rank(), other = h ^ 1u;
-    constexpr int PER = S * 32;   // float4s a warp wrote (S slots of 128 floats)
-    float4 v[(4 * PER + 255) / 256];
-    pti_cluster_sync();
-#pragma unroll
-    for (int i = 0; i < (4 * PER + 255) / 256; ++i) {
-        const int e = threadIdx.x + 256 * i;
-        if (e < 4 * PER) v[i] = pti_dsmem_ld4(red + (4 * h + e / PER) * 512 + (e % PER) * 4, other);
-    }
-    pti_cluster_sync();
-#pragma unroll
-    for (int i = 0; i < (4 * PER + 255) / 256; ++i) {
-        const int e = threadIdx.x + 256 * i;
-        if (e < 4 * PER) *(float4*)&red[(4 * other + e / PER) * 512 + (e % PER) * 4] = v[i];
-    }
-    __syncthreads();
-}
-
 // Sum the 8 warps' partial sums in warp order (4 slots at a time) and write
 // the CTA's outputs (scaled by the rows' inv, or added into the residual stream: PtiArgs).
 // Shared memory: red (16 KB), then inv per (twin, row) (512 B), then the residual's new
 // values per (slot, row, column) (S * 512 B), whose squares make the partial sums.
-// KS = 2: a K-split pair's CTA (pti_mm_tc), whose red gets the unit's chains by pti_pair_exchange.
-template <int TIN, int TOUT, int NTW, int RG, int MT, bool INVC, int KS = 1>
+template <int TIN, int TOUT, int NTW, int RG, int MT, bool INVC>
 __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp, int lane, const float* acc,
                                            float* red) {
     constexpr int S = NTW * RG * MT;
-    static_assert(KS == 1 || S <= 4, "a K-split pair exchanges its sums once: at most 4 slots");
     float* inv_s = red + 4096;
     float* res_s = inv_s + 128;
     // Only float32 outputs add into the residual stream (the host refuses it elsewhere), so the bf16
@@ -540,10 +485,7 @@ __device__ __forceinline__ void pti_finish(const PtiArgs& a, int unit, int warp,
         for (int s = s0; s < s0 + 4 && s < S; ++s)
             *(float4*)&red[(warp * 4 + s - s0) * 128 + lane * 4] =
                 make_float4(acc[s * 4], acc[s * 4 + 1], acc[s * 4 + 2], acc[s * 4 + 3]);
-        if constexpr (KS == 2)
-            pti_pair_exchange<S>(red);
-        else
-            __syncthreads();
+        __syncthreads();
         const int nslot = S - s0 < 4 ? S - s0 : 4;
         if (TOUT == 2) {   // PTI_GLU: one thread per (gate, up) pair: c0 with c2, c1 with c3
             for (int idx = threadIdx.x; idx < nslot * 64; idx += 256) {
@@ -743,26 +685,12 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
 // PF = 1: the main loop is software-pipelined (the next step's loads are issued
 // before this step is computed: twice the registers for loads); PF = 0: a step
 // is loaded, then computed, and the warp has nothing in flight while it computes.
-// KS = 2, the K-split pair (sm_90, launched in clusters of two CTAs; docs/perf.md, session 51): the
-// pair p's CTAs take units 2 p and 2 p + 1 together, CTA h (its cluster rank) the chains (blocks
-// mod 8) 4 h .. 4 h + 3 of both, warp w chain 4 h + (w mod 4) of unit 2 p + w / 4: each chain the
-// same loads and arithmetic as in the one-CTA form.  CTA h then writes unit 2 p + h, its 8 chains
-// added in chain order (pti_pair_exchange), so every output keeps the policy's bits.  Why: the card
-// places a cluster's rank r on an SM of the parity of r (scripts/cluster_probe.py, sessions 39 and
-// 41), so an SM's CTAs all read half of the activations' blocks: half the activation bytes from L2.
-template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC, int KS = 1>
+template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     constexpr int S = NTW * RG * MT;
-    static_assert(KS == 1 || (KS == 2 && !INVC), "K-split pairs: two CTAs, no inv CTAs");
     extern __shared__ __align__(16) unsigned char pti_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int unit = blockIdx.x;
-    int chain = warp;   // this warp's chain: blocks chain, chain + 8, ...
-    if constexpr (KS == 2) {
-        const int units = (a.N + 16 * RG - 1) / (16 * RG);
-        chain = 4 * (int)pti_cluster_rank() + (warp & 3);
-        unit = min((int)(blockIdx.x & ~1u) + (warp >> 2), units - 1);   // (a pair's unit past the last: the last again, never written)
-    }
     pti_pdl_trigger();
     if (INVC && a.n_inv) {   // the inv CTAs first: dispatched first, so done before the epilogues
         if (unit < a.n_inv) {
@@ -780,13 +708,13 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // Whole steps (all U blocks whole and vector-loadable) run unchecked, with
     // per-lane pointers that advance by one or two steps: loads at constant offsets.
     const int nfull = a.vec_ok ? a.K / 32 : 0;
-    const int nsteps = nfull > chain + 8 * (U - 1) ? (nfull - chain - 8 * (U - 1) + 8 * U - 1) / (8 * U) : 0;
+    const int nsteps = nfull > warp + 8 * (U - 1) ? (nfull - warp - 8 * (U - 1) + 8 * U - 1) / (8 * U) : 0;
     PtiPtrs<NTW, RG, MT> p;
 #pragma unroll
     for (int tw = 0; tw < NTW; ++tw) {
 #pragma unroll
         for (int r = 0; r < RG; ++r) {
-            const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + chain;
+            const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb + warp;
             p.q[tw][r] = (tw ? a.q[1] : a.q[0]) + blk * 32 + lane;
             p.s[tw][r] = (tw ? a.s[1] : a.s[0]) + blk * 8 + (lane >> 2);
         }
@@ -795,7 +723,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
             const int row = mt * 8 + (lane >> 2);
             p.xok[tw][mt] = row < (tw ? a.M[1] : a.M[0]);
             p.x[tw][mt] = (const uint4*)((tw ? a.x[1] : a.x[0]) + (p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0) +
-                                         chain * 32 + 8 * (lane & 3));
+                                         warp * 32 + 8 * (lane & 3));
         }
     }
     // PF = 1: the first step's weights are requested before the wait (weights never change, so
@@ -841,13 +769,11 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // PF = 0, U = 1: the tail's first block from where the pointers have got to (= warp + 8 U nsteps),
     // not from nsteps, which NVRTC 13.0 (the H200 image's) otherwise kept in local memory across the
     // loop in the 64-register f16 m2_u1 kernels (elsewhere this form spilled instead).
-    const int b_tail = PF == 1 || U != 1 ? chain + nsteps * 8 * U
+    const int b_tail = PF == 1 || U != 1 ? warp + nsteps * 8 * U
                                          : (int)((p.q[0][0] - (a.q[0] + lane)) / 32 - (pti_u64)unit * RG * a.nb);
     for (int b0 = b_tail; b0 < a.nb; b0 += 8 * U)
         pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, k);
-    // (KS = 2: this CTA writes unit 2 p + its rank, found again here rather than kept through the loop)
-    pti_finish<TIN, TOUT, NTW, RG, MT, INVC, KS>(a, KS == 2 ? (int)(blockIdx.x & ~1u) + (int)pti_cluster_rank() : unit,
-                                                 warp, lane, acc, (float*)pti_smem);
+    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc, (float*)pti_smem);
     if (INVC && TOUT == 0 && a.invo[0] && unit == 0)   // a residual launch: the next matmul's inv pending
         for (int rr = threadIdx.x; rr < a.M[0] + a.M[1]; rr += 256)
             (rr < a.M[0] ? a.invo[0] : a.invo[1])[rr < a.M[0] ? rr : rr - a.M[0]] = __uint_as_float(PTI_INV_PENDING);
@@ -961,7 +887,7 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-#define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC, KS)                           \
+#define PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, INVC)                               \
     extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                              \
         const uint4* qa, const unsigned* sa, const uint4* qb, const unsigned* sb,              \
         const unsigned short* xa, const unsigned short* xb, void* ya, void* yb, int Ma,        \
@@ -974,12 +900,12 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
                            N, K, nb, ldx, ldy, vec_ok, {pina, pinb}, ng, eps, {inva, invb},    \
                            {uoa, uob}, {poa, pob}, {ga, gb}, {ioa, iob}, n_inv, h16,           \
                            {toa, tob}, tnr};                                                   \
-        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC, KS>(a);                                 \
+        pti_mm_tc<TIN, TOUT, NTW, RG, MT, U, PF, INVC>(a);                                     \
     }
-#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false, 1)
+#define PTI_TC(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false)
 // "_i1": the same variant in the inv CTAs' form (PtiArgs; more than 8 rows, one twin): its own
 // instantiation, so that the plain variants' code is not touched by it.
-#define PTI_TC_I(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, true, 1)
+#define PTI_TC_I(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, true)
 
 // Variants: pti_mm_{bf16,f16}_{f32,out}_t{NTW}_r{RG}_m{MT}_u{U}[_p1].  The host
 // (pti_cli/backends/cuda.py) picks one per call from M and the matrix's rows; 24.5 KB of dynamic
@@ -1028,28 +954,6 @@ PTI_TC_ALL(f16_f32, 1, 0)
 PTI_TC_ALL(f16_out, 1, 1)
 PTI_TC_ALL(bf16_glu, 0, 2)
 PTI_TC_ALL(f16_glu, 1, 2)   // an h16 model's gate/up (its outputs h16: PtiArgs.h16)
-
-// "_k2": the K-split pair of a variant (pti_mm_tc KS = 2), launched in clusters of two CTAs, so sm_90
-// only (absent from the sm_80 build); its template arguments and MINB are the plain variant's (but u2's
-// MINB is 4, not 5: at 48 registers the pair spilled 4 bytes with bf16 inputs).  Loaded
-// and benchmarkable there, not in the policy (pti_cli/backends/cuda.py SPLIT_VARIANTS).
-#if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define PTI_TC_S(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB) PTI_TC_K(NAME, TIN, TOUT, NTW, RG, MT, U, PF, MINB, false, 2)
-#define PTI_TC_S_ALL(TAG, TIN, TOUT)                                          \
-    PTI_TC_S(pti_mm_##TAG##_t1_r1_m1_u4_p1_k2, TIN, TOUT, 1, 1, 1, 4, 1, 2)   \
-    PTI_TC_S(pti_mm_##TAG##_t1_r1_m1_u4_k2, TIN, TOUT, 1, 1, 1, 4, 0, 3)      \
-    PTI_TC_S(pti_mm_##TAG##_t1_r1_m1_u2_p1_k2, TIN, TOUT, 1, 1, 1, 2, 1, 3)   \
-    PTI_TC_S(pti_mm_##TAG##_t1_r1_m1_u2_k2, TIN, TOUT, 1, 1, 1, 2, 0, 4)      \
-    PTI_TC_S(pti_mm_##TAG##_t1_r1_m2_u2_p1_k2, TIN, TOUT, 1, 1, 2, 2, 1, 2)   \
-    PTI_TC_S(pti_mm_##TAG##_t1_r1_m2_u1_p1_k2, TIN, TOUT, 1, 1, 2, 1, 1, 3)   \
-    PTI_TC_S(pti_mm_##TAG##_t2_r1_m1_u2_k2, TIN, TOUT, 2, 1, 1, 2, 0, 3)
-PTI_TC_S_ALL(bf16_f32, 0, 0)
-PTI_TC_S_ALL(bf16_out, 0, 1)
-PTI_TC_S_ALL(f16_f32, 1, 0)
-PTI_TC_S_ALL(f16_out, 1, 1)
-PTI_TC_S_ALL(bf16_glu, 0, 2)
-PTI_TC_S_ALL(f16_glu, 1, 2)
-#endif
 
 // ---- Hopper (sm_90a): the wgmma matmul for 17-64 rows of tall matrices (docs/perf.md, sessions 22-26) ----
 // Past 16 rows the mma.sync kernels above are bound inside the SM: every warp loads every activation

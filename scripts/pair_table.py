@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Each K-split pair (`_k2`) beside its plain variant, from `wg_call.sh split`'s kernel tables:
+"""Each K-split pair (`_k2`) beside its plain variant, from session 52's stored kernel tables
+(docs/bench/wg_backend/s52/call1/split_tables.tgz; the pairs and wg_call.sh's `split` step are at 402f68b):
 % of the denominator per (kind, matrix, rows), and the pair's points over the plain variant.
     python3 scripts/pair_table.py split_bf16_1.json [split_h16_1.json ...]"""
 

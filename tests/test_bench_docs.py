@@ -159,11 +159,11 @@ def test_run_script_names_existing_variants():
 
 
 def test_device_call_script_names_existing_variants():
-    """docs/bench/wg_call.sh names only kernel variants the host can launch (all_variants, and on sm_90 the
-    K-split pairs), so a device call does not stop at a removed one."""
+    """docs/bench/wg_call.sh names only kernel variants the host can launch (all_variants), so a device call does not
+    stop at a removed one."""
     import re
-    from pti_cli.backends.cuda import SPLIT_VARIANTS, all_variants
+    from pti_cli.backends.cuda import all_variants
     script = (BENCH / "wg_call.sh").read_text()
-    names = {m.group(0) for m in re.finditer(r"\bt[12]_r\d_m\d_u\d(?:_p1)?(?:_k2|_i1)?(?!\w)", script)}
-    assert "t1_r1_m1_u4_p1_k2" in names
-    assert sorted(names - set(all_variants()) - set(SPLIT_VARIANTS)) == []
+    names = {m.group(0) for m in re.finditer(r"\bt[12]_r\d_m\d_u\d(?:_p1)?(?:_i1)?(?!\w)", script)}
+    assert "t1_r1_m1_u4_p1" in names
+    assert sorted(names - set(all_variants())) == []

@@ -26,9 +26,8 @@ def test_nvrtc_compiles_and_caches(tmp_path, monkeypatch):
         assert all(f"pti_mm_{tag}_{v}_i1" in res for v in INV_VARIANTS)
         assert f"pti_mmg_{tag}_t1" in res and f"pti_mmg_{tag}_t2" in res
     assert "pti_stream_read" in res
-    from pti_cli.backends.cuda import MM_TAGS, SPLIT_VARIANTS   # sm_90 only (check_kernels: not in the sm_80 build)
+    from pti_cli.backends.cuda import MM_TAGS
     assert len(MM_TAGS) == 6   # every form the loader asks for (CudaBackend._load_module)
-    assert all(f"pti_mm_{tag}_{v}" in res for v in SPLIT_VARIANTS for tag in MM_TAGS)
     assert all(f"pti_mm_{tag}_{v}_i1" in res for v in INV_VARIANTS for tag in MM_TAGS)
     for name, r in res.items():
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, name
@@ -316,16 +315,6 @@ def test_variant_names_match_the_kernel_source():
         assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
         assert minb in (1, 2, 3, 4, 5), v
         assert split_variant(f"pti_mm_bf16_f32_{v}".split("_", 4)[4]) == split_variant(v)
-    # the K-split pairs: the plain variant's template arguments, its MINB or less (u2_k2: 4, it spilled at 5), at most
-    # 4 slots (pti_finish's one exchange)
-    from pti_cli.backends.cuda import SPLIT_VARIANTS
-    pairs = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
-             for m in re.finditer(r"PTI_TC_S\(pti_mm_##TAG##_(\w+)_k2, TIN, TOUT, ([\d, ]+)\)", kernel_source())}
-    assert sorted(f"{v}_k2" for v in pairs) == sorted(SPLIT_VARIANTS) and SPLIT_VARIANTS
-    for v, args in pairs.items():
-        sv = split_variant(f"{v}_k2")
-        assert args[:-1] == inst[v][:-1] and args[-1] <= inst[v][-1], v
-        assert sv == {**split_variant(v), "k": 2} and sv["t"] * sv["r"] * sv["m"] <= 4, v
     # the inv CTAs' form: the same template arguments and MINB as the plain variant, one twin, 2+ row tiles
     inv = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
            for m in re.finditer(r"PTI_TC_I\(pti_mm_##TAG##_(\w+)_i1, TIN, TOUT, ([\d, ]+)\)", kernel_source())}
@@ -349,10 +338,8 @@ def test_variant_overrides_from_the_environment(monkeypatch):
     assert variant_for(2, 3) == twins   # entries not named keep the policy
     for bad in ("1:16:w=t9_r1_m2_u4", "1:16=t1_r1_m2_u4", "1:16:y=t1_r1_m2_u4"):
         monkeypatch.setenv("PTI_VARIANTS", bad)
-        with pytest.raises(PtiError, match="PTI_VARIANTS.*t1_r1_m1_u4_p1_k2"):   # the K-split pairs listed too
+        with pytest.raises(PtiError, match="PTI_VARIANTS"):
             variant_for(1, 16, "w")
-    monkeypatch.setenv("PTI_VARIANTS", "1:8:n=t1_r1_m1_u4_p1_k2")   # a K-split pair (sm_90) is accepted
-    assert variant_for(1, 8, "n") == "t1_r1_m1_u4_p1_k2" and variant_for(1, 8, "w") == base[1]
 
 
 def test_width_classes_pick_the_policy():

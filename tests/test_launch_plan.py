@@ -190,32 +190,3 @@ def test_the_tiles_launch_comes_first_when_not_given(monkeypatch):
     names = [f.rsplit("_", 2)[-2] + "_" + f.rsplit("_", 1)[-1] if f != "pti_wg_tiles" else f for f, _, _ in be._drv.launches]
     assert names == ["pti_wg_tiles", "m8_c8", "m8_d8"] * 2
     assert [cfg.gridDimY for _, cfg, _ in be._drv.launches] == [1] * 6
-
-
-def test_split_pair_launch_is_whole_pairs(monkeypatch):
-    """A K-split pair (SPLIT_VARIANTS, "_k2") launches its units rounded up to an even number of CTAs in clusters of
-    two, with the matmuls' shared memory; the plain variant keeps one CTA a unit and no cluster.  It has no inv CTAs'
-    form, so an epilogue that asks for one is refused."""
-    from pti_cli.backends.cuda import SMEM_BYTES, SPLIT_VARIANTS, Epilogue
-    from pti_cli.errors import PtiError
-    be = backend(monkeypatch)
-    be.funcs = {}
-    for v in SPLIT_VARIANTS + ("t1_r1_m1_u4_p1",):
-        n = f"pti_mm_bf16_f32_{v}"
-        be.funcs[n] = n
-        be.smem[n] = SMEM_BYTES
-    for rows, units in [(1008, 63), (1024, 64)]:
-        p = weight(rows, 4096, 1)[0]
-        x, y = torch.empty(8, 4096, dtype=torch.bfloat16), torch.empty(8, rows, dtype=torch.float32)
-        for v, want_grid, want_cluster in [("t1_r1_m1_u4_p1_k2", units + units % 2, 2),
-                                           ("t1_r1_m2_u2_p1_k2", units + units % 2, 2), ("t1_r1_m1_u4_p1", units, 0)]:
-            be._drv.launches.clear()
-            be.launch([p], [x], [y], f"pti_mm_bf16_f32_{v}")
-            (f, cfg, _), = be._drv.launches
-            cluster = next((a.value.clusterDim.x for a in cfg.attrs[:cfg.numAttrs]
-                            if a.id == be._drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION), 0)
-            assert (cfg.gridDimX, cluster, cfg.sharedMemBytes) == (want_grid, want_cluster, SMEM_BYTES), (v, rows)
-    inv = Epilogue(ng=64, pin=[torch.empty(8, 64)], inv=[torch.empty(8)])
-    assert inv.inv_form()
-    with pytest.raises(PtiError, match="inv CTAs"):
-        be.launch([p], [x], [y], "pti_mm_bf16_f32_t1_r1_m2_u2_p1_k2", inv)

@@ -90,11 +90,6 @@
 #              x_row0 (scripts/probe_source.py: every lane reads activation row 0, so 8 rows move one row's activation
 #              bytes; outputs wrong, timing only), bf16 real / probe / real / probe, then h16 real / probe
 #              (kernels_xrow0_ACT_SRC_N.json); carry the probe's binary (probe_source.py --compile) in .carry
-#     split        session 51: the K-split pairs (SPLIT_VARIANTS, "_k2"): the cluster probe, their GPU tests, then each beside its plain
-#              variant on the four matrices at 1, 8 and 16 rows, q8 and ssq16, two rounds of bf16 then h16
-#              (split_ACT_N.json, with cluster_probe.json into $OUT/split_tables.tgz); then one model at SYNTH_SEQS
-#              (default 1,8,16) with PTI_VARIANTS empty (the policy) / the narrow and wide classes' pairs / empty /
-#              pairs (JSON "a" into $OUT/split_synth.tgz; SPLIT_SYNTH=0: not; SPLIT_ROUNDS="1": one round)
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -398,33 +393,6 @@ xrow0)
     ( [ $src = probe ] && export PTI_KERNEL_SOURCE=/tmp/x_row0.hip
       ktable "$OUT/kernels_xrow0_${act}_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8,ssq16 $act )
   done ;;
-split)
-  step "cluster placement probe (clusters of 2: the pairs' halves by SM parity?)"
-  timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1
-  gtest "split_pair"
-  for i in ${SPLIT_ROUNDS:-1 2}; do for act in bf16 h16; do
-    step "K-split pairs beside their variants, $act (round $i)"
-    timeout 240 python3 - "$OUT/split_${act}_$i.json" $act >> "$LOG" 2>&1 <<'PY'
-import json, sys
-from pti_cli.bench_kernels import bench_kernels, print_table
-out, act = sys.argv[1:3]
-w1 = "t1_r1_m1_u2_p1" if act == "bf16" else "t1_r1_m1_u4"   # the wide class's 1-8 rows (TC_BF16_VARIANTS)
-narrow = ("t1_r1_m1_u4_p1", "t1_r1_m1_u4_p1_k2", "t1_r1_m2_u2_p1", "t1_r1_m2_u2_p1_k2", "t2_r1_m1_u2_p1", "t2_r1_m1_u2_k2")
-groups = [((4096, 14336), narrow), ((4096, 4096), narrow),
-          ((6144, 4096), (w1, w1 + "_k2", "t1_r1_m2_u1_p1", "t1_r1_m2_u1_p1_k2", "t2_r1_m1_u2", "t2_r1_m1_u2_k2")),
-          ((28672, 4096), ("t1_r1_m1_u2", "t1_r1_m1_u2_k2"))]
-res = None
-for shape, variants in groups:
-    r = bench_kernels(shapes=(shape,), ms=(1, 8, 16), variants=variants, act=act)
-    res = r if res is None else {**res, "rows": res["rows"] + r["rows"]}
-print_table(res)
-open(out, "w").write(json.dumps(res, indent=1))
-PY
-  done; done
-  ( cd "$OUT" && tar czf split_tables.tgz ./cluster_probe.json ./split_*.json && rm -f ./cluster_probe.json ./split_*.json )
-  pairs="PTI_VARIANTS=1:8:n=t1_r1_m1_u4_p1_k2;1:16:n=t1_r1_m2_u2_p1_k2;1:8:w=t1_r1_m1_u4_k2;1:16:w=t1_r1_m2_u1_p1_k2"
-  [ "${SPLIT_SYNTH:-1}" = 1 ] && SYNTH_TWINS=a SYNTH_SEQS=${SYNTH_SEQS:-1,8,16} SYNTH_ENVS="PTI_VARIANTS= $pairs PTI_VARIANTS= $pairs" synth_env
-  ( cd "$OUT" && ls ./*.json > /dev/null 2>&1 && tar czf split_synth.tgz ./*.json && rm -f ./*.json ) ;;
 cluster-probe)
   step "cluster placement probe"
   timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1 ;;

@@ -57,11 +57,6 @@ TC_BF16_VARIANTS = {(1, 8, "w"): "t1_r1_m1_u2_p1"}
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u2_p1", "t1_r1_m2_u3",
                   "t1_r1_m2_u4", "t1_r2_m1_u2_p1", "t1_r2_m1_u4_p1")
-# The K-split pairs (kernels/pti_kernel.hip pti_mm_tc KS = 2, "_k2"; sm_90 only): the variant's units two at a time
-# in clusters of two CTAs, each CTA half of both units' blocks (by the card's placement, half of the activations an
-# SM).  Loaded and benchmarkable on sm_90, not in the policy (docs/perf.md, session 51); no "_i1" form.
-SPLIT_VARIANTS = ("t1_r1_m1_u4_p1_k2", "t1_r1_m1_u4_k2", "t1_r1_m1_u2_p1_k2", "t1_r1_m1_u2_k2", "t1_r1_m2_u2_p1_k2",
-                  "t1_r1_m2_u1_p1_k2", "t2_r1_m1_u2_k2")
 TWIN_KERNEL_MAX_ROWS = 8
 # The policy's one-twin variants of two or more row tiles (more than 8 rows) also exist in the inv
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
@@ -367,9 +362,8 @@ def _overrides(spec: str) -> dict[str, str]:
     out = {}
     for item in filter(None, spec.split(";")):
         key, _, name = item.partition("=")
-        known = all_variants() + list(SPLIT_VARIANTS)
-        if name not in known or len(key.split(":")) != 3 or key.split(":")[2] not in ("n", "w", "x"):
-            raise PtiError(f"PTI_VARIANTS: {item!r} is not TWINS:ROWS:n|w|x=VARIANT with a variant of {known}")
+        if name not in all_variants() or len(key.split(":")) != 3 or key.split(":")[2] not in ("n", "w", "x"):
+            raise PtiError(f"PTI_VARIANTS: {item!r} is not TWINS:ROWS:n|w|x=VARIANT with a variant of {all_variants()}")
         out[key] = name
     return out
 
@@ -402,7 +396,7 @@ def all_variants() -> list[str]:
 
 def split_variant(name: str) -> dict[str, int]:
     """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 'i': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
-    (p: the pipelined main loop; i: the inv CTAs' form; 0 when absent); a K-split pair's also k: 2."""
+    (p: the pipelined main loop; i: the inv CTAs' form; 0 when absent)."""
     return {"p": 0, "i": 0, **{p[0]: int(p[1:]) for p in name.split("_")}}
 
 
@@ -814,8 +808,7 @@ class KernelBackend(Backend):
         xp = [x.data_ptr() if x.shape[0] else some for x in xs] + [0]   # (an empty tensor's pointer is 0)
         p0 = packs[0]
         g, nb = p0.q.shape[:2]
-        sv = {} if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])
-        rg = sv.get("r", 1)
+        rg = 1 if name.startswith("pti_mmg") else split_variant(name.split("_", 4)[4])["r"]
         ms = [x.shape[0] for x in xs] + [0]
         ldx = next((x.stride(0) for x in xs if x.shape[0] > 1), p0.cols)
         vec_ok = int(p0.cols % 8 == 0 and ldx % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in xs))
@@ -842,8 +835,6 @@ class KernelBackend(Backend):
                                f"[{p0.rows} x 16, 32 or 64] 16-bit tensors")
         elif epi is not None:
             raise PtiError(f"{name} has no norm epilogue")
-        if sv.get("k") == 2:   # a K-split pair (no "_i1" form, so no inv CTAs): whole pairs; a pair's unit past the last is not written
-            return -(-(g // rg) // 2) * 2, vals, types
         return g // rg + extra, vals, types
 
     # -- per platform ----------------------------------------------------------
@@ -993,8 +984,6 @@ class CudaBackend(KernelBackend):
                           for v in all_variants()]
                 names += [f"pti_mm_{a}_glu_{v}" for a in ("bf16", "f16") for v in all_variants()]
                 names += [f"pti_mm_{t}_{v}_i1" for t in MM_TAGS for v in INV_VARIANTS]
-                if major >= 9:   # clusters: the sm_90 build only
-                    names += [f"pti_mm_{t}_{v}" for t in MM_TAGS for v in SPLIT_VARIANTS]
             carveout = mm_carveout()
             for n in names:
                 f = self.funcs[n] = _cu(driver.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction {n}")
@@ -1183,7 +1172,7 @@ class CudaBackend(KernelBackend):
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
         launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
-                      (vals, types), self.pdl, f"launch {name}", 2 if name.endswith("_k2") else 0)   # K-split pairs
+                      (vals, types), self.pdl, f"launch {name}")
 
     def row_inv(self, p: torch.Tensor, cols: int, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
         rows, ng = p.shape

@@ -241,32 +241,6 @@ def test_every_variant_gives_the_same_bits(backend, k):
                     assert torch.equal(ys[tw][i].view(torch.int32), one[0].view(torch.int32)), (v, m, i)
 
 
-@pytest.mark.parametrize("k", [4096, 4096 + 5 * 32 + 8, 1004])
-def test_split_pairs_give_the_same_bits(backend, k):
-    """The K-split pairs (SPLIT_VARIANTS: two CTAs a pair of units, each half of both units' blocks, the sums
-    added in chain order over distributed shared memory) give every row the one-row kernel's bits, one twin and
-    two, with an odd number of units (19: the last pair's second unit past the end, computed and not written),
-    blocks past the unchecked steps, and K = 1004 (unaligned rows: the guarded path only)."""
-    from pti_cli.backends.cuda import SPLIT_VARIANTS, split_variant
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.fail("the K-split pairs need sm_90 (clusters)")
-    n = 300
-    mats = [rand_q8(n, k), rand_q8(n, k)]
-    w = load(backend, mats, k)
-    for v in SPLIT_VARIANTS:
-        t, rows = split_variant(v)["t"], 8 * split_variant(v)["m"]
-        for m in sorted({1, rows - 3, rows}):
-            xs = [rand_x(m, k, torch.bfloat16) for _ in range(t)]
-            ys = [poisoned(m, n, torch.float32) for _ in range(t)]
-            backend.launch(w.packs[:t], xs, ys, f"pti_mm_bf16_f32_{v}")
-            for tw in range(t):
-                check_close(ys[tw], xs[tw], *mats[tw], k)
-                for i in range(m):
-                    one = poisoned(1, n, torch.float32)
-                    backend.launch([w.packs[tw]], [xs[tw][i:i + 1]], [one], "pti_mm_bf16_f32_t1_r1_m1_u8")
-                    assert torch.equal(ys[tw][i].view(torch.int32), one[0].view(torch.int32)), (v, m, i)
-
-
 def test_twin_launch_with_one_twin_empty(backend):
     """A twin kernel launched with rows for one twin only computes that twin's rows right (the
     kernels read each twin's row 0 unconditionally: the empty twin is given the other's), and a

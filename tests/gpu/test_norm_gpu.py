@@ -224,32 +224,6 @@ def test_inv_ctas_form_of_every_variant(backend, ops, monkeypatch):
 
 
 
-def test_split_pairs_residual_and_glu(backend, ops, monkeypatch):
-    """The one-twin K-split pairs (SPLIT_VARIANTS), picked through PTI_VARIANTS, as the residual launch and as the
-    fused gate/up give the bits of the policy's kernels: x += bf16(sums) exactly once per row though the last
-    pair's second unit is past the end (63 units of 16 rows: computed, never written), and silu(gate) * up."""
-    from pti_cli.backends.cuda import SPLIT_VARIANTS, split_variant
-    n, k = 1000, 4096 + 3 * 32   # blocks past the unchecked steps
-    res = make_linear([rand_q8(n, k)], DEV, backend)
-    glu = make_linear([rand_q8(2 * n, k)], DEV, backend, glu=True)
-    g = norm_weights(1, n)
-    for v in (v for v in SPLIT_VARIANTS if split_variant(v)["t"] == 1):
-        limit = 8 * split_variant(v)["m"]
-        for m in sorted({1, limit}):
-            a = torch.randn(m, k, generator=GEN).bfloat16().to(DEV)
-            x = (torch.randn(m, n, generator=GEN) * 3).to(DEV)
-            monkeypatch.delenv("PTI_VARIANTS", raising=False)
-            x_ref = x.clone()
-            u_want, p_want, _ = res.residual(a, x_ref, g, m)
-            h_want = glu(a, m)
-            monkeypatch.setenv("PTI_VARIANTS", ";".join(f"1:{limit}:{w}={v}" for w in "nwx"))
-            u, p, _ = res.residual(a, x, g, m)
-            assert torch.equal(x, x_ref), (v, m)
-            assert torch.equal(u.view(torch.int16), u_want.view(torch.int16)), (v, m)
-            assert torch.equal(p, p_want), (v, m)
-            assert torch.equal(glu(a, m).view(torch.int16), h_want.view(torch.int16)), (v, m)
-
-
 @pytest.mark.parametrize("twins", [1, 2])
 def test_residual_lays_out_tiles_for_the_hopper_matmul(backend, ops, twins):
     """A residual launch of the policy kernels given the next matrix's input_tiles (Epilogue.to) also writes u
