@@ -3,6 +3,8 @@
 captured CUDA graph?  A one-CTA kernel spins for 50 us after triggering its dependents; the next
 kernel (256 or 1024 CTAs of 256 threads, 0 or 70 KB of dynamic shared memory each) records when
 its CTAs enter (before griddepcontrol.wait) and when the wait returns, on the global timer.
+On sm_90+ also with the next kernel launched in clusters of 2 (session 52: the K-split pairs, clusters of two,
+lost 1-2.4 us a launch against the same work in plain CTAs; does a clustered grid still start early?).
     python3 scripts/pdl_probe.py"""
 
 import ctypes
@@ -51,33 +53,35 @@ def main() -> None:
     t = torch.zeros(8, dtype=torch.int64, device="cuda")
     P, U = ctypes.c_void_p, ctypes.c_uint64
 
-    def run(ctas: int, smem: int, pdl: bool):
+    def run(ctas: int, smem: int, pdl: bool, cluster: int):
         # t: spin start, spin end, first entry (min), last entry (max), first wait return (min)
         t.zero_()
         t[2:5].fill_(2 ** 62)   # (a kernel: no host copy, so it can be captured)
         t[3:4].zero_()
         s = torch.cuda.current_stream().cuda_stream
         launch_kernel(driver, spin, (1,), (32,), 0, s, ((50_000, t.data_ptr()), (U, P)), pdl, "spin")
-        launch_kernel(driver, probe, (ctas,), (256,), smem, s, ((t.data_ptr(),), (P,)), pdl, "probe")
+        launch_kernel(driver, probe, (ctas,), (256,), smem, s, ((t.data_ptr(),), (P,)), pdl, "probe", cluster)
 
-    print(f"{'how':>6} {'pdl':>4} {'CTAs':>5} {'smem':>6} | first entry, last entry, wait returns (us after the spin starts); spin ends")
+    clusters = (0, 2) if major >= 9 else (0,)
+    print(f"{'how':>6} {'pdl':>4} {'CTAs':>5} {'smem':>6} {'cl':>3} | first entry, last entry, wait returns (us after the spin starts); spin ends")
     for how in ("graph", "stream"):
         for pdl in (False, True):
-            for ctas, smem in ((256, 0), (256, 70 * 1024), (1024, 70 * 1024)):
+            for ctas, smem, cluster in ((c, m, cl) for c, m in ((256, 0), (256, 70 * 1024), (1024, 70 * 1024))
+                                        for cl in clusters):
                 if how == "stream":
-                    run(ctas, smem, pdl)
+                    run(ctas, smem, pdl, cluster)
                 else:
                     g = torch.cuda.CUDAGraph()
                     side = torch.cuda.Stream()
                     with torch.cuda.stream(side):
-                        run(ctas, smem, pdl)   # warm
+                        run(ctas, smem, pdl, cluster)   # warm
                     torch.cuda.synchronize()
                     with torch.cuda.graph(g):
-                        run(ctas, smem, pdl)
+                        run(ctas, smem, pdl, cluster)
                     g.replay()
                 torch.cuda.synchronize()
                 v = t.tolist()
-                print(f"{how:>6} {int(pdl):>4} {ctas:>5} {smem:>6} | {(v[2] - v[0]) / 1e3:8.1f} {(v[3] - v[0]) / 1e3:8.1f} "
+                print(f"{how:>6} {int(pdl):>4} {ctas:>5} {smem:>6} {cluster:>3} | {(v[2] - v[0]) / 1e3:8.1f} {(v[3] - v[0]) / 1e3:8.1f} "
                       f"{(v[4] - v[0]) / 1e3:8.1f}; {(v[1] - v[0]) / 1e3:.1f}")
 
 
