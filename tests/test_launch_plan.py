@@ -190,3 +190,23 @@ def test_the_tiles_launch_comes_first_when_not_given(monkeypatch):
     names = [f.rsplit("_", 2)[-2] + "_" + f.rsplit("_", 1)[-1] if f != "pti_wg_tiles" else f for f, _, _ in be._drv.launches]
     assert names == ["pti_wg_tiles", "m8_c8", "m8_d8"] * 2
     assert [cfg.gridDimY for _, cfg, _ in be._drv.launches] == [1] * 6
+
+
+def test_a_missing_kernel_form_is_a_clear_error(monkeypatch):
+    """A launch of a kernel the module lacks is a PtiError that names what to choose, not a KeyError (session 52: a
+    PTI_VARIANTS variant for one twin's 16 rows, whose residual launch took the "_i1" form it does not have); a kernel
+    the module has launches."""
+    from pti_cli.backends.cuda import INV_VARIANTS, SMEM_BYTES
+    be = backend(monkeypatch)
+    have = f"pti_mm_bf16_f32_{INV_VARIANTS[0]}_i1"
+    be.funcs, be.smem = {have: have}, {have: SMEM_BYTES}
+    p = weight(1024, 4096, 1)[0]
+    x, y = torch.empty(16, 4096, dtype=torch.bfloat16), torch.empty(16, 1024, dtype=torch.float32)
+    inv = Epilogue(ng=256, pin=[torch.empty(16, 256)], inv=[torch.empty(16)])
+    with pytest.raises(PtiError, match=f"t1_r1_m2_u4 has no inv CTAs' form.*{INV_VARIANTS[0]}"):
+        be.launch([p], [x], [y], "pti_mm_bf16_f32_t1_r1_m2_u4_i1", inv)
+    with pytest.raises(PtiError, match="no such kernel"):
+        be.launch([p], [x], [y], "pti_mm_bf16_f32_t1_r1_m2_u4")
+    assert be._drv.launches == []
+    be.launch([p], [x], [y], have, inv)
+    assert [f for f, _, _ in be._drv.launches] == [have]

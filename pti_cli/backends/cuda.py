@@ -394,6 +394,15 @@ def all_variants() -> list[str]:
                   | set(TC_BF16_VARIANTS.values()) | set(EXTRA_VARIANTS))
 
 
+def missing_kernel(name: str) -> str:
+    """The error for a launch of a kernel the module does not have (session 52: a variant chosen with PTI_VARIANTS
+    for one twin's 16 rows, whose residual launch writes the next matrix's tiles and so takes the "_i1" form)."""
+    if name.endswith("_i1"):
+        return (f"{name[:-3]} has no inv CTAs' form (\"_i1\"), which this launch needs (one twin's 9-{MAX_ROWS} rows "
+                f"in one launch); PTI_VARIANTS can choose one of {', '.join(INV_VARIANTS)} there")
+    return f"{name}: no such kernel in this card's module (PTI_VARIANTS?)"
+
+
 def split_variant(name: str) -> dict[str, int]:
     """'t1_r2_m4_u2' -> {'t': 1, 'r': 2, 'm': 4, 'u': 2, 'p': 0, 'i': 0}; 't1_r1_m1_u4_p1' -> ... 'p': 1
     (p: the pipelined main loop; i: the inv CTAs' form; 0 when absent)."""
@@ -851,6 +860,13 @@ class KernelBackend(Backend):
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
         raise NotImplementedError
 
+    def kernel(self, name: str):
+        """The loaded matmul kernel `name`; a PtiError where the module lacks it (the policy's kernels all exist, a
+        PTI_VARIANTS choice may lack a form)."""
+        if name not in self.funcs:
+            raise PtiError(missing_kernel(name))
+        return self.funcs[name]
+
     def row_inv(self, p: torch.Tensor, cols: int, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
         """Each row's inv = rsqrt(sum(p row) / cols + eps) (kernels/pti_kernel.hip pti_row_inv, the sum
         order of the scaled epilogue), for launches of many rows; into `out` when given."""
@@ -1169,9 +1185,10 @@ class CudaBackend(KernelBackend):
                        + (ctypes.c_float,) + (ctypes.c_void_p,) * 2), self.pdl, "launch pti_wg_tiles")
 
     def launch(self, packs, xs, ys, name: str, epi: Epilogue | None = None) -> None:
+        f = self.kernel(name)
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
-        launch_kernel(self._drv, self.funcs[name], (grid,), (THREADS,), self.smem.get(name, 0), stream,
+        launch_kernel(self._drv, f, (grid,), (THREADS,), self.smem.get(name, 0), stream,
                       (vals, types), self.pdl, f"launch {name}")
 
     def row_inv(self, p: torch.Tensor, cols: int, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -55,10 +55,11 @@ class HipBackend(KernelBackend):
                                            f"hipModuleGetFunction {n}")
 
     def launch(self, packs, xs, ys, name: str, epi=None) -> None:
+        f = self.kernel(name)
         grid, vals, types = self.launch_args(name, packs, xs, ys, epi)
         stream = torch.cuda.current_stream(self.device).cuda_stream   # read now: capture uses a side stream
         extra = tuple(t(v) for v, t in zip(vals, types))
-        _hip_check(self._hip.hipModuleLaunchKernel(self.funcs[name], grid, 1, 1, THREADS, 1, 1,
+        _hip_check(self._hip.hipModuleLaunchKernel(f, grid, 1, 1, THREADS, 1, 1,
                                                    sharedMemBytes=0, stream=stream, kernelParams=None,
                                                    extra=extra), f"launch {name}")
 
