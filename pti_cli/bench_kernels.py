@@ -141,8 +141,8 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
         split = twins == 2 and m > TWIN_KERNEL_MAX_ROWS and variant is None and not wg
         name = backend.wg_kernel(m, backend.act_dtype, code=one.code, rows=n, twins=twins)[0] if wg else \
             backend.kernel_name(1 if split else twins, m, x_dtype, backend.act_dtype, variant, rows=n)
-        if name not in backend.funcs and not wg:
-            raise PtiError(f"no kernel {name}")
+        if not wg:
+            backend.kernel(name)   # a one-line error where the card's module lacks it
 
         def calls():
             for i in range(reps):
