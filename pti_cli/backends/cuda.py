@@ -863,9 +863,10 @@ class KernelBackend(Backend):
     def kernel(self, name: str):
         """The loaded matmul kernel `name`; a PtiError where the module lacks it (the policy's kernels all exist, a
         PTI_VARIANTS choice may lack a form)."""
-        if name not in self.funcs:
+        f = self.funcs.get(name)
+        if f is None:
             raise PtiError(missing_kernel(name))
-        return self.funcs[name]
+        return f
 
     def row_inv(self, p: torch.Tensor, cols: int, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
         """Each row's inv = rsqrt(sum(p row) / cols + eps) (kernels/pti_kernel.hip pti_row_inv, the sum
