@@ -679,33 +679,12 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
     for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT, pti_lean<TIN, MT, U>()>(st.w[u], st.s[u], st.x[u], acc, k);
 }
 
-// The CTA's whole slice of the matrix (each twin's and row group's weights and scales, contiguous)
-// requested into L2 by the copy engine, 16 KB a request, before pti_pdl_wait: weights never change,
-// so a CTA resident while the kernel before it still runs (a variant of few registers: the "_p2" and
-// "_p3" forms) keeps the memory busy across the dependency, and after the wait reads its slice from L2.
-// (The loads that read it back are the same, so the bits are.)  sm_90 only: a no-op elsewhere.
-template <int NTW, int RG>
-__device__ __forceinline__ void pti_l2_slice(const PtiArgs& a, int unit) {
-#if defined(PTI_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned wbytes = (unsigned)a.nb * 512u, nch = (wbytes + 16383u) / 16384u;
-    for (unsigned t = threadIdx.x; t < NTW * RG * (nch + 1); t += 256) {
-        const unsigned g = t / (nch + 1), j = t - g * (nch + 1), tw = g / RG, r = g - tw * RG;
-        const pti_u64 blk = (pti_u64)(unit * RG + r) * a.nb;
-        const char* p = j < nch ? (const char*)((tw ? a.q[1] : a.q[0]) + blk * 32) + j * 16384u
-                                : (const char*)((tw ? a.s[1] : a.s[0]) + blk * 8);
-        const unsigned bytes = j < nch ? min(16384u, wbytes - j * 16384u) : (unsigned)a.nb * 32u;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-    }
-#endif
-}
-
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
 // activation rows, U blocks per warp per step.  256 threads = 8 warps; warp w
 // owns blocks b = w (mod 8), in order; the CTA sums the warps in warp order.
-// PF bit 0 = 1: the main loop is software-pipelined (the next step's loads are issued
-// before this step is computed: twice the registers for loads); 0: a step
+// PF = 1: the main loop is software-pipelined (the next step's loads are issued
+// before this step is computed: twice the registers for loads); PF = 0: a step
 // is loaded, then computed, and the warp has nothing in flight while it computes.
-// PF bit 1: the CTA's slice requested into L2 before the wait (pti_l2_slice).
 template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     constexpr int S = NTW * RG * MT;
@@ -751,10 +730,9 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // they may travel while the previous kernel ends); activations only after it is done.  (Not
     // with PF = 0: no gain at one row there, and spills in the register-tight variants: docs/perf.md.)
     PtiStep<NTW, RG, MT, U> A;
-    if (PF & 2) pti_l2_slice<NTW, RG>(a, unit);
-    if ((PF & 1) && nsteps > 0) pti_load_w_step<0>(A, p);
+    if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
     pti_pdl_wait();
-    if (!(PF & 1)) {
+    if (PF == 0) {
         // The unroll is fixed (what NVVM's size heuristic chose for bf16): left to it, the f16 kernels'
         // shorter steps were unrolled further, spilled and ran slower (docs/perf.md, session 19).
 #pragma unroll(U == 1 && MT <= 2 ? 2 : 1)
@@ -791,7 +769,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // PF = 0, U = 1: the tail's first block from where the pointers have got to (= warp + 8 U nsteps),
     // not from nsteps, which NVRTC 13.0 (the H200 image's) otherwise kept in local memory across the
     // loop in the 64-register f16 m2_u1 kernels (elsewhere this form spilled instead).
-    const int b_tail = (PF & 1) || U != 1 ? warp + nsteps * 8 * U
+    const int b_tail = PF == 1 || U != 1 ? warp + nsteps * 8 * U
                                          : (int)((p.q[0][0] - (a.q[0] + lane)) / 32 - (pti_u64)unit * RG * a.nb);
     for (int b0 = b_tail; b0 < a.nb; b0 += 8 * U)
         pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, k);
@@ -963,11 +941,6 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_p1, TIN, TOUT, 1, 1, 1, 2, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t1_r2_m1_u2_p1, TIN, TOUT, 1, 2, 1, 2, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4_p1, TIN, TOUT, 1, 2, 1, 4, 1, 1) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_p2, TIN, TOUT, 1, 1, 1, 2, 2, 5) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p2, TIN, TOUT, 1, 1, 1, 4, 2, 3) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_p3, TIN, TOUT, 1, 1, 1, 2, 3, 3) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4_p3, TIN, TOUT, 1, 1, 1, 4, 3, 2) \
-    PTI_TC(pti_mm_##TAG##_t2_r1_m1_u2_p2, TIN, TOUT, 2, 1, 1, 2, 2, 3) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u2_p1_i1, TIN, TOUT, 1, 1, 2, 2, 1, 2) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_p1_i1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_i1, TIN, TOUT, 1, 1, 2, 1, 0, 4)    \

@@ -81,9 +81,6 @@
 #              VSWEEP_SHAPES (default 6144x4096,4096x4096) at 1, 8 and 16 rows, q8 and ssq16, twice (session 43: are
 #              the H200's choices the fastest on an H100 too?), JSON vsweep_ACT_1.json and _2.json; VSWEEP_ACT: the
 #              activations (--kernel-act: bf16, the default, f16 or h16); session 43 call 3 wrote vsweep_1.json, _2.json
-#     l2slice      session 54: the one-row variants that request their CTA's slice into L2 before the PDL wait ("_p2",
-#              "_p3": kernels/pti_kernel.hip pti_l2_slice) against the policy's and their own bases, on L2_SHAPES (default
-#              4096x4096,6144x4096) at 1 and 8 rows, q8 and ssq16, two rounds, L2_ACTS (default h16) -> vsweep_l2_ACT_N.json
 #     overhead     scripts/table_overhead.py: each cell of the kernel table timed three ways (the table's timing before
 #              session 44, its timing since, the marginal launch of a 3R graph against an R graph), $OUT/overhead.json
 #     xclass       session 47: the extra-wide class (gate/up 28672x4096 and an 8B head 128256x4096) at 1, 8, 16 rows on
@@ -364,12 +361,6 @@ attn-ab)
   SYNTH_TWINS=ab SYNTH_SEQS=24,32 SYNTH_ENVS="PTI_ATTN_TILES=0 PTI_ATTN_TILES=1 PTI_ATTN_TILES=0 PTI_ATTN_TILES=1" synth_env ;;
 vsweep)
   vsweep_rounds "$OUT/vsweep_${VSWEEP_ACT:-bf16}" ;;
-l2slice)
-  for act in ${L2_ACTS:-h16}; do
-    VSWEEP_SHAPES=${L2_SHAPES:-4096x4096,6144x4096} VSWEEP_ACT=$act \
-    VSWEEP_VARIANTS=${L2_VARIANTS:-t1_r1_m1_u4_p1,t1_r1_m1_u4,t1_r1_m1_u2,t1_r1_m1_u2_p2,t1_r1_m1_u4_p2,t1_r1_m1_u2_p3,t1_r1_m1_u4_p3,t2_r1_m1_u2_p1,t2_r1_m1_u2,t2_r1_m1_u2_p2} \
-        vsweep_rounds "$OUT/vsweep_l2_$act"
-  done ;;
 overhead)
   step "table_overhead.py: the kernel table timed per replay / R, after a sleep, and as the marginal launch (session 44)"
   timeout 400 python3 scripts/table_overhead.py "$OUT/overhead.json" >> "$LOG" 2>&1 ;;

@@ -56,9 +56,7 @@ TC_BF16_VARIANTS = {(1, 8, "w"): "t1_r1_m1_u2_p1"}
 # main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u2_p1", "t1_r1_m2_u3",
-                  "t1_r1_m2_u4", "t1_r2_m1_u2_p1", "t1_r2_m1_u4_p1",
-                  # "_p2" / "_p3": the slice requested into L2 before the wait ("_p3" pipelined; docs/perf.md, session 54)
-                  "t1_r1_m1_u2_p2", "t1_r1_m1_u4_p2", "t1_r1_m1_u2_p3", "t1_r1_m1_u4_p3", "t2_r1_m1_u2_p2")
+                  "t1_r1_m2_u4", "t1_r2_m1_u2_p1", "t1_r2_m1_u4_p1")
 TWIN_KERNEL_MAX_ROWS = 8
 # The policy's one-twin variants of two or more row tiles (more than 8 rows) also exist in the inv
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
