@@ -6,6 +6,13 @@ Probes:
   x_row0   every lane of the tensor-core kernels reads activation row 0, so M rows cost the activation
            traffic of one row (L1 and L2) while the instructions, MMAs and epilogue stay those of M rows
            (docs/perf.md, session 47: does the H200's loss from one to eight rows come from that traffic?)
+  nowait   the tensor-core kernels skip griddepcontrol.wait: each CTA computes as soon as it is resident, so a
+           chain of launches pays no dependency (timing only: in the kernel table no launch reads another's
+           outputs).  Session 55: how much of a small matrix's time over its bytes is the dependency?
+  trace    the tensor-core kernels record, for every CTA, the global timer when it enters, when its wait
+           returns, when warp 0 leaves the main loop and when pti_finish is done, with its SM and block
+           (pti_trace_buf, 6 words a CTA in entry order: scripts/cta_timeline.py reads them).  Thread 0 takes
+           its slot by an atomic at entry, used only at the end; the stamps wait in shared memory.
 --compile: build the probe's sm_90a binary into CACHE_DIR with the NVRTC in NVRTC_LIB_DIR (the device's
 version), so a device call carrying CACHE_DIR does not spend its time compiling it."""
 
@@ -16,17 +23,54 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# probe -> (text in the source, its replacement); the text must occur exactly once
+TRACE_MAX = 1 << 17   # CTAs a trace holds (scripts/cta_timeline.py reads the same number)
+TRACE_HEAD = f"""
+#define PTI_TRACE_MAX {TRACE_MAX}u
+__device__ unsigned long long pti_trace_buf[PTI_TRACE_MAX * 6];
+__device__ unsigned pti_trace_n;
+__device__ __forceinline__ unsigned long long pti_now() {{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}}
+__device__ __forceinline__ unsigned pti_smid() {{
+    unsigned s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}}
+"""
+ENTRY = "    int unit = blockIdx.x;\n    pti_pdl_trigger();\n    if (INVC && a.n_inv) {"
+WAIT = "    if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);\n    pti_pdl_wait();\n"
+LOOP_END = "    // PF = 0, U = 1: the tail's first block"
+FINISH = "    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc, (float*)pti_smem);\n"
+
+# probe -> [(text in the source, its replacement), ...]; each text must occur exactly once
 PROBES = {
-    "x_row0": ("(p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0)", "(pti_u64)0"),
+    "x_row0": [("(p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0)", "(pti_u64)0")],
+    "nowait": [(WAIT, WAIT.replace("    pti_pdl_wait();\n", ""))],
+    "trace": [
+        ("__device__ __forceinline__ void pti_pdl_trigger() {", TRACE_HEAD + "__device__ __forceinline__ void pti_pdl_trigger() {"),
+        (ENTRY, ENTRY.replace("    pti_pdl_trigger();\n",
+                              "    pti_pdl_trigger();\n    __shared__ unsigned long long pti_tr[3];\n"
+                              "    unsigned pti_slot = 0;\n"
+                              "    if (threadIdx.x == 0) { pti_tr[0] = pti_now(); pti_slot = atomicAdd(&pti_trace_n, 1u); }\n")),
+        (WAIT, WAIT + "    if (threadIdx.x == 0) pti_tr[1] = pti_now();\n"),
+        (LOOP_END, "    if (threadIdx.x == 0) pti_tr[2] = pti_now();\n" + LOOP_END),
+        (FINISH, FINISH + "    if (threadIdx.x == 0 && pti_slot < PTI_TRACE_MAX) {\n"
+                          "        unsigned long long* t = pti_trace_buf + (unsigned long long)pti_slot * 6;\n"
+                          "        t[3] = pti_now(); t[0] = pti_tr[0]; t[1] = pti_tr[1]; t[2] = pti_tr[2];\n"
+                          "        t[4] = pti_smid() | ((unsigned long long)blockIdx.x << 16);\n"
+                          "        t[5] = (unsigned long long)a.q[0];\n    }\n"),
+    ],
 }
 
 
 def probe_text(name: str, source: str) -> str:
-    old, new = PROBES[name]
-    if source.count(old) != 1:
-        raise SystemExit(f"probe_source: {name}: expected one {old!r} in the source, found {source.count(old)}")
-    return source.replace(old, new)
+    for old, new in PROBES[name]:
+        if source.count(old) != 1:
+            raise SystemExit(f"probe_source: {name}: expected one {old!r} in the source, found {source.count(old)}")
+        source = source.replace(old, new)
+    return source
 
 
 def main() -> int:

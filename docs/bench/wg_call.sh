@@ -58,6 +58,11 @@
 #              SYNTH_SEQS (default 1,2,4,8) sequences the same way (JSON kernels_qkv_ACT_N.json, synth_8b_a_*.json).
 #              Session 45's calls 2 and 4 ran it with an empty PTI_VARIANTS as the first setting, the policy: u4 in
 #              call 2, and in call 4 (bf16 policy already u2_p1) the bf16 half compared u2_p1 with itself
+#     nowait       session 55: the four matrices at 1 and 8 rows, q8 and ssq16, h16, on the kernels and on their probe copy
+#              nowait (scripts/probe_source.py: no griddepcontrol.wait, timing only), real / probe / real / probe
+#              (kernels_nowait_SRC_N.json); carry the probe's binary (PROBE=nowait scripts/device_prep.sh)
+#     ctatrace     session 55: scripts/cta_timeline.py on the trace probe (each CTA's entry, wait return, loop end and
+#              finish on the global timer) for CTA_CELLS (default: the script's cells), raw stamps in $OUT/trace.npz
 #     cluster-probe  scripts/cluster_probe.py: where the card puts the cluster forms' CTAs, by GPC (session 38, not run
 #              yet), its JSON in $OUT/cluster_probe.json
 #     rest         session 39's rest form (PTI_WG_REST=1: a 64-row launch of one twin of a 4096-row matrix as the resident
@@ -393,6 +398,19 @@ xrow0)
     ( [ $src = probe ] && export PTI_KERNEL_SOURCE=/tmp/x_row0.hip
       ktable "$OUT/kernels_xrow0_${act}_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8,ssq16 $act )
   done ;;
+nowait)
+  python3 scripts/probe_source.py nowait /tmp/nowait.hip || exit 1
+  i=0
+  for src in real probe real probe; do
+    i=$((i + 1))
+    step "kernel table, 4 matrices, rows 1,8, h16, $src source (probe: no griddepcontrol.wait)"
+    ( [ $src = probe ] && export PTI_KERNEL_SOURCE=/tmp/nowait.hip
+      ktable "$OUT/kernels_nowait_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,8 q8,ssq16 h16 )
+  done ;;
+ctatrace)
+  python3 scripts/probe_source.py trace /tmp/trace.hip || exit 1
+  step "CTA timeline (scripts/cta_timeline.py on the trace probe) ${CTA_CELLS:-}"
+  PTI_KERNEL_SOURCE=/tmp/trace.hip timeout 300 python3 scripts/cta_timeline.py ${CTA_CELLS:-} --npz "$OUT/trace.npz" >> "$LOG" 2>&1 ;;
 cluster-probe)
   step "cluster placement probe"
   timeout 120 python3 scripts/cluster_probe.py --json "$OUT/cluster_probe.json" >> "$LOG" 2>&1 ;;
