@@ -290,6 +290,21 @@ __device__ __forceinline__ uint4 pti_ld_stream(const uint4* p) {
     return v;
 }
 
+// The same loads without .nc, for loads that must stay before griddepcontrol.wait: ptxas moved the wait
+// above sixteen .nc loads (PF = 2), and keeps coherent ones where they are (session 55).
+__device__ __forceinline__ uint4 pti_ld_stream_pre(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ unsigned pti_ld_u32_pre(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
 // Activations of row `row`, columns k0..k0+7, as 4 words of 2 halves; zero
 // past M or K (the padded weights there are zero, but 0 * garbage is not).
 __device__ __forceinline__ uint4 pti_load_x(const unsigned short* __restrict__ x, int row, int M, int k0,
@@ -679,14 +694,58 @@ __device__ __forceinline__ void pti_compute_step(const PtiStep<NTW, RG, MT, U>& 
     for (int u = 0; u < U; ++u) pti_block<TIN, NTW, RG, MT, pti_lean<TIN, MT, U>()>(st.w[u], st.s[u], st.x[u], acc, k);
 }
 
+// PF = 2's activations in shared memory, after pti_finish's (SMEM_BYTES in pti_cli/backends/cuda.py): up
+// to 8 rows of PTI_XS_ROW_MAX bytes, each row padded by 64 bytes so that the 8 rows a quarter-warp reads
+// fall in different banks.
+#define PTI_XS_OFF (16384 + 512 + 16 * 512)
+#define PTI_XS_ROW_MAX (4096 * 2 + 64)
+
+// PF = 2 after the wait: the launch's activation rows (one twin, M <= 8) into shared memory, then the
+// warp's nmain preloaded blocks in order, each with its fragment from there (a lane whose row is past M
+// reads row 0, as the register loop does).  Where the rows do not fit (K > 4096), the fragments come
+// from global memory instead.
+template <int TIN, int NTW, int RG, int MT, int U>
+__device__ __forceinline__ void pti_mm_xs_main(const PtiArgs& a, const PtiStep<NTW, RG, MT, U>& A, int nmain, int nfull,
+                                               int warp, int lane, bool xok, float* acc, const PtiCvt& k) {
+    extern __shared__ __align__(16) unsigned char pti_smem[];
+    unsigned char* xs = pti_smem + PTI_XS_OFF;
+    const int xstride = a.K * 2 + 64;
+    const bool in_smem = nfull > 0 && a.K * 2 + 64 <= PTI_XS_ROW_MAX;
+    if (in_smem) {
+        const int chunks = a.K / 8;   // 16-byte chunks a row (nfull > 0: vec_ok, K a multiple of 8)
+        for (int r = 0; r < a.M[0]; ++r)
+            for (int c = threadIdx.x; c < chunks; c += 256)
+                *(uint4*)(xs + r * xstride + c * 16) = __ldg((const uint4*)(a.x[0] + (pti_u64)r * a.ldx) + c);
+        __syncthreads();
+    }
+    const int row = xok ? lane >> 2 : 0;
+    const unsigned char* xl = xs + row * xstride + warp * 64 + (lane & 3) * 16;
+    const uint4* xg = (const uint4*)(a.x[0] + (pti_u64)row * a.ldx + warp * 32 + 8 * (lane & 3));
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+        if (u < nmain) {
+            uint4 xv[1][1];
+            xv[0][0] = in_smem ? *(const uint4*)(xl + u * 8 * 64) : __ldg(xg + u * 8 * 4);
+            const uint4 wv[1][1] = {{A.w[u][0][0]}};
+            const unsigned sv[1][1] = {{A.s[u][0][0]}};
+            pti_block<TIN, 1, 1, 1, false>(wv, sv, xv, acc, k);
+        }
+}
+
 // NTW twins (1 or 2), RG row groups (16 rows each) per CTA, MT tiles of 8
 // activation rows, U blocks per warp per step.  256 threads = 8 warps; warp w
 // owns blocks b = w (mod 8), in order; the CTA sums the warps in warp order.
 // PF = 1: the main loop is software-pipelined (the next step's loads are issued
 // before this step is computed: twice the registers for loads); PF = 0: a step
 // is loaded, then computed, and the warp has nothing in flight while it computes.
+// PF = 2 (one twin, one row group, one tile): the warp's first U whole blocks, at K = 256 U all of them,
+// are requested before the wait, so a CTA that enters while the launch before ends has its whole slice
+// in flight; after the wait the CTA copies its activation rows into shared memory (PTI_XS_OFF), and
+// each block's fragment comes from there just before its MMAs (no registers held for it in flight).
+// Blocks past those U go through the checked tail one at a time.
 template <int TIN, int TOUT, int NTW, int RG, int MT, int U, int PF, bool INVC>
 __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
+    static_assert(PF != 2 || (NTW == 1 && RG == 1 && MT == 1), "PF = 2: one twin, one row group, one row tile");
     constexpr int S = NTW * RG * MT;
     extern __shared__ __align__(16) unsigned char pti_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -731,8 +790,20 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // with PF = 0: no gain at one row there, and spills in the register-tight variants: docs/perf.md.)
     PtiStep<NTW, RG, MT, U> A;
     if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
+    // PF = 2: blocks warp + 8 u below nfull, u < U, by coherent loads (pti_ld_stream_pre); a block past nmain
+    // reads the matrix's first block instead, and is not used (no predicates on the loads).
+    const int nmain = PF != 2 ? 0 : nfull > warp ? min(U, (nfull - warp + 7) / 8) : 0;
+    if (PF == 2) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            A.w[u][0][0] = pti_ld_stream_pre(u < nmain ? p.q[0][0] + u * 8 * 32 : a.q[0] + lane);
+            A.s[u][0][0] = pti_ld_u32_pre(u < nmain ? p.s[0][0] + u * 8 * 8 : a.s[0] + (lane >> 2));
+        }
+    }
     pti_pdl_wait();
-    if (PF == 0) {
+    if (PF == 2) {
+        pti_mm_xs_main<TIN>(a, A, nmain, nfull, warp, lane, p.xok[0][0], acc, k);
+    } else if (PF == 0) {
         // The unroll is fixed (what NVVM's size heuristic chose for bf16): left to it, the f16 kernels'
         // shorter steps were unrolled further, spilled and ran slower (docs/perf.md, session 19).
 #pragma unroll(U == 1 && MT <= 2 ? 2 : 1)
@@ -769,10 +840,12 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // PF = 0, U = 1: the tail's first block from where the pointers have got to (= warp + 8 U nsteps),
     // not from nsteps, which NVRTC 13.0 (the H200 image's) otherwise kept in local memory across the
     // loop in the 64-register f16 m2_u1 kernels (elsewhere this form spilled instead).
-    const int b_tail = PF == 1 || U != 1 ? warp + nsteps * 8 * U
-                                         : (int)((p.q[0][0] - (a.q[0] + lane)) / 32 - (pti_u64)unit * RG * a.nb);
-    for (int b0 = b_tail; b0 < a.nb; b0 += 8 * U)
-        pti_step_guarded<TIN, NTW, RG, MT, U>(a, unit, b0, lane, acc, k);
+    const int b_tail = PF == 2 ? warp + 8 * nmain
+                       : PF == 1 || U != 1 ? warp + nsteps * 8 * U
+                                           : (int)((p.q[0][0] - (a.q[0] + lane)) / 32 - (pti_u64)unit * RG * a.nb);
+    constexpr int UT = PF == 2 ? 1 : U;   // the tail's blocks a step
+    for (int b0 = b_tail; b0 < a.nb; b0 += 8 * UT)
+        pti_step_guarded<TIN, NTW, RG, MT, UT>(a, unit, b0, lane, acc, k);
     pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc, (float*)pti_smem);
     if (INVC && TOUT == 0 && a.invo[0] && unit == 0)   // a residual launch: the next matmul's inv pending
         for (int rr = threadIdx.x; rr < a.M[0] + a.M[1]; rr += 256)
@@ -912,7 +985,8 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
 // shared memory (pti_finish: the reduction, the rows' inv, the residual's new values).  The last number is MINB, the CTAs per SM that
 // __launch_bounds__ asks registers for (5: <= 48 registers, 4: <= 64, 3: <= 80, 2: <= 128, 1: <= 255).
 // "_p1": the software-pipelined main loop (PF = 1), at the MINB given here (one
-// MINB per name).
+// MINB per name); "_p2": PF = 2 (the slice before the wait, the activations from shared memory: its launches
+// ask SMEM_BYTES + XS_BYTES, pti_cli/backends/cuda.py).
 #define PTI_TC_ALL(TAG, TIN, TOUT)                                     \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 0, 1)    \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 0, 3)    \
@@ -941,6 +1015,7 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_p1, TIN, TOUT, 1, 1, 1, 2, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t1_r2_m1_u2_p1, TIN, TOUT, 1, 2, 1, 2, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4_p1, TIN, TOUT, 1, 2, 1, 4, 1, 1) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u16_p2, TIN, TOUT, 1, 1, 1, 16, 2, 2) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u2_p1_i1, TIN, TOUT, 1, 1, 2, 2, 1, 2) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_p1_i1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_i1, TIN, TOUT, 1, 1, 2, 1, 0, 4)    \

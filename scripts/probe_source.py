@@ -40,7 +40,7 @@ __device__ __forceinline__ unsigned pti_smid() {{
 }}
 """
 ENTRY = "    int unit = blockIdx.x;\n    pti_pdl_trigger();\n    if (INVC && a.n_inv) {"
-WAIT = "    if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);\n    pti_pdl_wait();\n"
+WAIT = "    pti_pdl_wait();\n    if (PF == 2) {\n"
 LOOP_END = "    // PF = 0, U = 1: the tail's first block"
 FINISH = "    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc, (float*)pti_smem);\n"
 
@@ -54,7 +54,7 @@ PROBES = {
                               "    pti_pdl_trigger();\n    __shared__ unsigned long long pti_tr[3];\n"
                               "    unsigned pti_slot = 0;\n"
                               "    if (threadIdx.x == 0) { pti_tr[0] = pti_now(); pti_slot = atomicAdd(&pti_trace_n, 1u); }\n")),
-        (WAIT, WAIT + "    if (threadIdx.x == 0) pti_tr[1] = pti_now();\n"),
+        (WAIT, WAIT.replace("    if (PF == 2) {\n", "    if (threadIdx.x == 0) pti_tr[1] = pti_now();\n    if (PF == 2) {\n")),
         (LOOP_END, "    if (threadIdx.x == 0) pti_tr[2] = pti_now();\n" + LOOP_END),
         (FINISH, FINISH + "    if (threadIdx.x == 0 && pti_slot < PTI_TRACE_MAX) {\n"
                           "        unsigned long long* t = pti_trace_buf + (unsigned long long)pti_slot * 6;\n"

@@ -56,7 +56,7 @@ TC_BF16_VARIANTS = {(1, 8, "w"): "t1_r1_m1_u2_p1"}
 # main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u2_p1", "t1_r1_m2_u3",
-                  "t1_r1_m2_u4", "t1_r2_m1_u2_p1", "t1_r2_m1_u4_p1")
+                  "t1_r1_m2_u4", "t1_r2_m1_u2_p1", "t1_r2_m1_u4_p1", "t1_r1_m1_u16_p2")
 TWIN_KERNEL_MAX_ROWS = 8
 # The policy's one-twin variants of two or more row tiles (more than 8 rows) also exist in the inv
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
@@ -412,6 +412,9 @@ def split_variant(name: str) -> dict[str, int]:
 # the tensor-core kernels' dynamic shared memory (pti_finish): the cross-warp reduction (16 KB), each
 # row's inv (512 B), the residual's new values (up to 16 slots x 512 B)
 SMEM_BYTES = 16384 + 512 + 16 * 512
+# "_p2" variants (kernels/pti_kernel.hip PF = 2) also hold up to 8 activation rows of K <= 4096 in shared memory,
+# each padded by 64 bytes (PTI_XS_ROW_MAX); two such CTAs fit an SM only with the whole carveout for shared memory
+XS_BYTES = 8 * (4096 * 2 + 64)
 
 
 @dataclass
@@ -1008,7 +1011,9 @@ class CudaBackend(KernelBackend):
                     set_carveout(driver, f, carveout, n)
                 if n.startswith("pti_mm_"):
                     # PTI_MM_SMEM (bytes, A/B runs only, session 33): ask more to hold the policy kernels to fewer CTAs a SM
-                    self.smem[n] = max(SMEM_BYTES, mm_smem())
+                    self.smem[n] = max(SMEM_BYTES, mm_smem()) + (XS_BYTES if "_p2" in n else 0)
+                    if "_p2" in n:
+                        set_carveout(driver, f, 100, n)
                     if self.smem[n] > 48 * 1024:
                         _cu(driver.cuFuncSetAttribute(f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                       self.smem[n]), f"shared memory of {n}")
