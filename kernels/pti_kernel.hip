@@ -652,7 +652,8 @@ __device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, con
                 st.x[u][tw][mt] = MT < 4 || p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)
                                                           : make_uint4(0, 0, 0, 0);
 }
-template <int J, int NTW, int RG, int MT, int U>
+// PRE: the loads before griddepcontrol.wait, coherent so that ptxas keeps them there (pti_ld_stream_pre).
+template <int J, int NTW, int RG, int MT, int U, bool PRE = false>
 __device__ __forceinline__ void pti_load_w_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -660,8 +661,10 @@ __device__ __forceinline__ void pti_load_w_step(PtiStep<NTW, RG, MT, U>& st, con
         for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
             for (int r = 0; r < RG; ++r) {
-                st.w[u][tw][r] = pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);
-                st.s[u][tw][r] = __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);
+                const uint4* q = p.q[tw][r] + (J * U + u) * 8 * 32;
+                const unsigned* sc = p.s[tw][r] + (J * U + u) * 8 * 8;
+                st.w[u][tw][r] = PRE ? pti_ld_stream_pre(q) : pti_ld_stream(q);
+                st.s[u][tw][r] = PRE ? pti_ld_u32_pre(sc) : __ldg(sc);
             }
 }
 template <int J, bool XFIRST, int NTW, int RG, int MT, int U>
@@ -789,7 +792,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // they may travel while the previous kernel ends); activations only after it is done.  (Not
     // with PF = 0: no gain at one row there, and spills in the register-tight variants: docs/perf.md.)
     PtiStep<NTW, RG, MT, U> A;
-    if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
+    if (PF == 1 && nsteps > 0) pti_load_w_step<0, NTW, RG, MT, U, true>(A, p);
     // PF = 2: blocks warp + 8 u below nfull, u < U, by coherent loads (pti_ld_stream_pre); a block past nmain
     // reads the matrix's first block instead, and is not used (no predicates on the loads).
     const int nmain = PF != 2 ? 0 : nfull > warp ? min(U, (nfull - warp + 7) / 8) : 0;
@@ -987,6 +990,13 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
 // "_p1": the software-pipelined main loop (PF = 1), at the MINB given here (one
 // MINB per name); "_p2": PF = 2 (the slice before the wait, the activations from shared memory: its launches
 // ask SMEM_BYTES + XS_BYTES, pti_cli/backends/cuda.py).
+// "_p2" at two CTAs a SM from sm_90 (the early loads need programmatic dependent launch); on sm_80 the
+// f16 conversion holds one more register and NVRTC 13.0 spilled 32 bytes at two, so one there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define PTI_P2_MINB 1
+#else
+#define PTI_P2_MINB 2
+#endif
 #define PTI_TC_ALL(TAG, TIN, TOUT)                                     \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u8, TIN, TOUT, 1, 1, 1, 8, 0, 1)    \
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u4, TIN, TOUT, 1, 1, 1, 4, 0, 3)    \
@@ -1015,7 +1025,7 @@ __device__ __forceinline__ void pti_wg_bulk(unsigned dst, const void* src, unsig
     PTI_TC(pti_mm_##TAG##_t1_r1_m1_u2_p1, TIN, TOUT, 1, 1, 1, 2, 1, 3) \
     PTI_TC(pti_mm_##TAG##_t1_r2_m1_u2_p1, TIN, TOUT, 1, 2, 1, 2, 1, 2) \
     PTI_TC(pti_mm_##TAG##_t1_r2_m1_u4_p1, TIN, TOUT, 1, 2, 1, 4, 1, 1) \
-    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u16_p2, TIN, TOUT, 1, 1, 1, 16, 2, 2) \
+    PTI_TC(pti_mm_##TAG##_t1_r1_m1_u16_p2, TIN, TOUT, 1, 1, 1, 16, 2, PTI_P2_MINB) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u2_p1_i1, TIN, TOUT, 1, 1, 2, 2, 1, 2) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_p1_i1, TIN, TOUT, 1, 1, 2, 1, 1, 3) \
     PTI_TC_I(pti_mm_##TAG##_t1_r1_m2_u1_i1, TIN, TOUT, 1, 1, 2, 1, 0, 4)    \

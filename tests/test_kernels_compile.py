@@ -307,9 +307,14 @@ def test_variant_names_match_the_kernel_source():
 
     assert split_variant("t1_r1_m1_u4_p1") == {"t": 1, "r": 1, "m": 1, "u": 4, "p": 1, "i": 0}
     assert split_variant("t2_r2_m1_u2") == {"t": 2, "r": 2, "m": 1, "u": 2, "p": 0, "i": 0}
+    # (the "_p2" variants' MINB is PTI_P2_MINB: 2 from sm_90, 1 on sm_80)
+    src = kernel_source()
+    assert src.count("#define PTI_P2_MINB 2") == 1 and src.count("#define PTI_P2_MINB 1") == 1
     inst = {m.group(1): tuple(int(v) for v in m.group(2).split(","))
-            for m in re.finditer(r"PTI_TC\(pti_mm_##TAG##_(\w+), TIN, TOUT, ([\d, ]+)\)", kernel_source())}
+            for m in re.finditer(r"PTI_TC\(pti_mm_##TAG##_(\w+), TIN, TOUT, ([\d, ]+)\)",
+                                 src.replace("PTI_P2_MINB)", "2)"))}
     assert any(split_variant(v)["p"] for v in all_variants())
+    assert any(split_variant(v)["p"] == 2 for v in all_variants())
     for v in all_variants():
         *args, minb = inst[v]
         assert tuple(args) == tuple(split_variant(v)[k] for k in "trmup"), v
