@@ -39,3 +39,26 @@ def test_probe_refuses_a_source_without_its_text():
         ps.probe_text("x_row0", SOURCE.replace(old, "0"))
     with pytest.raises(SystemExit, match="found 2"):
         ps.probe_text("x_row0", SOURCE + old)
+
+
+def test_cta_timeline_summary_of_known_stamps():
+    """scripts/cta_timeline.py's medians on stamps laid out by hand: launches 5 us apart, each CTA entering 1 us
+    before its wait returns, finishing 4 us after it, the launch's CTAs finishing 0.3 us apart."""
+    import numpy as np
+    ct = load_script("cta_timeline")
+    launches, grid, rng = 12, 4, np.random.default_rng()
+    base = int(rng.integers(10**9, 10**12))   # a fresh origin each run: only differences may matter
+    t = np.zeros((launches * grid, ct.FIELDS), dtype=np.int64)
+    for L in range(launches):
+        for c in range(grid):
+            w = base + L * 5000
+            t[L * grid + c] = [w - 1000, w, w + 3500, w + 4000 + 100 * c, c, 7 + L]
+    s = ct.summary({"t": t, "grid": grid, "name": "pti_mm_f16_out_t1_r1_m1_u4_p1", "replay_us": 5.0,
+                    "nbytes": 9e6}, 4.5e12)
+    assert s["kernel"] == "t1_r1_m1_u4_p1" and s["launches"] == launches and s["mixed"] == 0
+    assert abs(s["period"] - 5.0) < 1e-6 and abs(s["pre"] - 1.0) < 1e-6 and abs(s["spread"]) < 1e-6
+    assert abs(s["lag"] - (5.0 - 4.3)) < 1e-6 and abs(s["tail"] - 0.3) < 1e-6   # next wait after the last finish
+    assert abs(s["work"][1] - 4.15) < 1e-6 and abs(s["loop"] - 3.5) < 1e-6 and abs(s["ideal"] - 2.0) < 1e-6
+    t[5, 5] += 1   # one CTA of launch 1 with another launch's weights
+    assert ct.summary({"t": t, "grid": grid, "name": "pti_mm_f16_out_x_y_z", "replay_us": 5.0, "nbytes": 9e6},
+                      4.5e12)["mixed"] == 1
