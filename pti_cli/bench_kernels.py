@@ -47,9 +47,9 @@ class Row:
     vs_m1: float       # time / time at M = 1 (same shape, kind and variant policy)
 
 
-def time_graph(fn, reps: int = 15) -> float:
-    """Median seconds of one replay of a graph capturing fn() (warmed up on a side stream first,
-    as torch asks before a capture)."""
+def capture_graph(fn) -> "torch.cuda.CUDAGraph":
+    """A graph capturing fn(), warmed up on a side stream first (as torch asks before a capture) and
+    replayed three times."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -62,17 +62,25 @@ def time_graph(fn, reps: int = 15) -> float:
         fn()
     for _ in range(3):
         g.replay()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if SLEEP_CYCLES:   # the card busy until the replay is queued behind the start event
-            torch.cuda._sleep(SLEEP_CYCLES)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(times)
+    return g
+
+
+def replay_seconds(g) -> float:
+    """Seconds of one replay of g, timed by events."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if SLEEP_CYCLES:   # the card busy until the replay is queued behind the start event
+        torch.cuda._sleep(SLEEP_CYCLES)
+    a.record()
+    g.replay()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / 1e3
+
+
+def time_graph(fn, reps: int = 15) -> float:
+    """Median seconds of one replay of a graph capturing fn()."""
+    g = capture_graph(fn)
+    return statistics.median(replay_seconds(g) for _ in range(reps))
 
 
 def read_bandwidth(backend, nbytes: int = 8 << 30) -> dict:

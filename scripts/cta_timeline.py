@@ -29,7 +29,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from pti_cli.backends.cuda import CudaBackend, _cu  # noqa: E402
-from pti_cli.bench_kernels import SLEEP_CYCLES, WORKING_SET, random_packs, read_bandwidth, replay_launches  # noqa: E402
+from pti_cli.bench_kernels import (WORKING_SET, capture_graph, random_packs, read_bandwidth,  # noqa: E402
+                                   replay_launches, replay_seconds)
 
 CELLS = ("q8:4096x4096:1", "q8:6144x4096:1", "q8:4096x14336:1", "q8:28672x4096:1", "q8:4096x4096:8",
          "ssq16:4096x4096:1")
@@ -53,29 +54,13 @@ def trace_cell(be, drv, kind: str, n: int, k: int, m: int, variant: str | None) 
         for i in range(reps):
             be.launch(sets[i % copies], xs, ys, name)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        calls()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        calls()
-    for _ in range(3):
-        g.replay()
+    g = capture_graph(calls)
     torch.cuda.synchronize()
     n_ptr, _ = _cu(drv.cuModuleGetGlobal(be.module, b"pti_trace_n"), "pti_trace_n")
     buf_ptr, _ = _cu(drv.cuModuleGetGlobal(be.module, b"pti_trace_buf"), "pti_trace_buf")
     _cu(drv.cuMemsetD32(n_ptr, 0, 1), "reset")
     torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(SLEEP_CYCLES)
-    a.record()
-    g.replay()
-    b.record()
-    b.synchronize()
-    replay_us = a.elapsed_time(b) * 1e3 / reps
+    replay_us = replay_seconds(g) * 1e6 / reps
     count = torch.zeros(1, dtype=torch.int32, device=be.device)
     _cu(drv.cuMemcpyDtoD(count.data_ptr(), int(n_ptr), 4), "n")
     used = min(int(count.item()), TRACE_MAX)

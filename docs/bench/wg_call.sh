@@ -127,6 +127,18 @@ print_table(res)
 open(out, "w").write(json.dumps(res, indent=1))
 PY
 }
+# probe_ab PROBE ROWS WHAT: the four matrices at ROWS rows, q8 and ssq16, h16, on the kernels and on the probe copy
+# PROBE (scripts/probe_source.py), real / probe / real / probe (kernels_PROBE_SRC_N.json)
+probe_ab() {
+  python3 scripts/probe_source.py "$1" "/tmp/$1.hip" || exit 1
+  local i=0 src
+  for src in real probe real probe; do
+    i=$((i + 1))
+    step "kernel table, 4 matrices, rows $2, h16, $src source (probe $1: $3)"
+    ( [ $src = probe ] && export PTI_KERNEL_SOURCE="/tmp/$1.hip"
+      ktable "$OUT/kernels_$1_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 "$2" q8,ssq16 h16 )
+  done
+}
 # gtest K: the GPU tests whose names match K (pytest -k), their summary in the log
 gtest() {
   step "GPU tests -k $1"
@@ -406,14 +418,7 @@ xrow0)
       ktable "$OUT/kernels_xrow0_${act}_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8,ssq16 $act )
   done ;;
 nowait)
-  python3 scripts/probe_source.py nowait /tmp/nowait.hip || exit 1
-  i=0
-  for src in real probe real probe; do
-    i=$((i + 1))
-    step "kernel table, 4 matrices, rows 1,8, h16, $src source (probe: no griddepcontrol.wait)"
-    ( [ $src = probe ] && export PTI_KERNEL_SOURCE=/tmp/nowait.hip
-      ktable "$OUT/kernels_nowait_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,8 q8,ssq16 h16 )
-  done ;;
+  probe_ab nowait 1,8 "no griddepcontrol.wait" ;;
 p2)
   [ "${P2_TEST:-1}" = 1 ] && gtest "every_variant or fuses_the_same_bits or carveout"
   i=0
@@ -424,14 +429,7 @@ p2)
       ktable "$OUT/kernels_p2_${act}_${v}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8 $act )
   done ;;
 ncpre)
-  python3 scripts/probe_source.py ncpre /tmp/ncpre.hip || exit 1
-  i=0
-  for src in real probe real probe; do
-    i=$((i + 1))
-    step "kernel table, 4 matrices, rows 1,8,16, h16, $src source (probe: the pipelined first step by .nc loads)"
-    ( [ $src = probe ] && export PTI_KERNEL_SOURCE=/tmp/ncpre.hip
-      ktable "$OUT/kernels_ncpre_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,8,16 q8,ssq16 h16 )
-  done ;;
+  probe_ab ncpre 1,8,16 "the pipelined first step by .nc loads" ;;
 ctatrace)
   python3 scripts/probe_source.py trace /tmp/trace.hip || exit 1
   step "CTA timeline (scripts/cta_timeline.py on the trace probe) ${CTA_CELLS:-}"
