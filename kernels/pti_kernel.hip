@@ -291,7 +291,8 @@ __device__ __forceinline__ uint4 pti_ld_stream(const uint4* p) {
 }
 
 // The same loads without .nc, for loads that must stay before griddepcontrol.wait: ptxas moved the wait
-// above sixteen .nc loads (PF = 2), and keeps coherent ones where they are (session 55).
+// above .nc loads (PF = 2's sixteen, and the first step of 9 of the 16 _p1 kernels of a form) and keeps
+// coherent ones where they are (docs/perf.md, session 55).
 __device__ __forceinline__ uint4 pti_ld_stream_pre(const uint4* p) {
     uint4 v;
     asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -713,7 +714,7 @@ __device__ __forceinline__ void pti_mm_xs_main(const PtiArgs& a, const PtiStep<N
     extern __shared__ __align__(16) unsigned char pti_smem[];
     unsigned char* xs = pti_smem + PTI_XS_OFF;
     const int xstride = a.K * 2 + 64;
-    const bool in_smem = nfull > 0 && a.K * 2 + 64 <= PTI_XS_ROW_MAX;
+    const bool in_smem = nfull > 0 && a.K * 2 + 64 <= PTI_XS_ROW_MAX && a.M[0] <= 8;
     if (in_smem) {
         const int chunks = a.K / 8;   // 16-byte chunks a row (nfull > 0: vec_ok, K a multiple of 8)
         for (int r = 0; r < a.M[0]; ++r)
