@@ -290,9 +290,11 @@ __device__ __forceinline__ uint4 pti_ld_stream(const uint4* p) {
     return v;
 }
 
-// The same loads without .nc, for loads that must stay before griddepcontrol.wait: ptxas moved the wait
-// above .nc loads (PF = 2's sixteen, and the first step of 9 of the 16 _p1 kernels of a form) and keeps
-// coherent ones where they are (docs/perf.md, session 55).
+// The same loads without .nc, for loads that must stay on their side of griddepcontrol.wait: ptxas moves
+// .nc loads across the wait (SASS ACQBULK) both ways, and keeps coherent ones where they are (docs/perf.md,
+// session 55).  PF = 2 needs its sixteen early loads before the wait and its activation rows after it.
+// (The _p1 kernels' first step stays .nc: made coherent, NVRTC 13.5 moved their activation loads above the
+// wait instead, a race; scripts/sass_mix.py --wait shows both.)
 __device__ __forceinline__ uint4 pti_ld_stream_pre(const uint4* p) {
     uint4 v;
     asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -303,6 +305,11 @@ __device__ __forceinline__ uint4 pti_ld_stream_pre(const uint4* p) {
 __device__ __forceinline__ unsigned pti_ld_u32_pre(const unsigned* p) {
     unsigned v;
     asm volatile("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint4 pti_ld_v4(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
 
@@ -653,8 +660,7 @@ __device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, con
                 st.x[u][tw][mt] = MT < 4 || p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)
                                                           : make_uint4(0, 0, 0, 0);
 }
-// PRE: the loads before griddepcontrol.wait, coherent so that ptxas keeps them there (pti_ld_stream_pre).
-template <int J, int NTW, int RG, int MT, int U, bool PRE = false>
+template <int J, int NTW, int RG, int MT, int U>
 __device__ __forceinline__ void pti_load_w_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -662,10 +668,8 @@ __device__ __forceinline__ void pti_load_w_step(PtiStep<NTW, RG, MT, U>& st, con
         for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
             for (int r = 0; r < RG; ++r) {
-                const uint4* q = p.q[tw][r] + (J * U + u) * 8 * 32;
-                const unsigned* sc = p.s[tw][r] + (J * U + u) * 8 * 8;
-                st.w[u][tw][r] = PRE ? pti_ld_stream_pre(q) : pti_ld_stream(q);
-                st.s[u][tw][r] = PRE ? pti_ld_u32_pre(sc) : __ldg(sc);
+                st.w[u][tw][r] = pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);
+                st.s[u][tw][r] = __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);
             }
 }
 template <int J, bool XFIRST, int NTW, int RG, int MT, int U>
@@ -719,7 +723,7 @@ __device__ __forceinline__ void pti_mm_xs_main(const PtiArgs& a, const PtiStep<N
         const int chunks = a.K / 8;   // 16-byte chunks a row (nfull > 0: vec_ok, K a multiple of 8)
         for (int r = 0; r < a.M[0]; ++r)
             for (int c = threadIdx.x; c < chunks; c += 256)
-                *(uint4*)(xs + r * xstride + c * 16) = __ldg((const uint4*)(a.x[0] + (pti_u64)r * a.ldx) + c);
+                *(uint4*)(xs + r * xstride + c * 16) = pti_ld_v4((const uint4*)(a.x[0] + (pti_u64)r * a.ldx) + c);
         __syncthreads();
     }
     const int row = xok ? lane >> 2 : 0;
@@ -729,7 +733,7 @@ __device__ __forceinline__ void pti_mm_xs_main(const PtiArgs& a, const PtiStep<N
     for (int u = 0; u < U; ++u)
         if (u < nmain) {
             uint4 xv[1][1];
-            xv[0][0] = in_smem ? *(const uint4*)(xl + u * 8 * 64) : __ldg(xg + u * 8 * 4);
+            xv[0][0] = in_smem ? *(const uint4*)(xl + u * 8 * 64) : pti_ld_v4(xg + u * 8 * 4);
             const uint4 wv[1][1] = {{A.w[u][0][0]}};
             const unsigned sv[1][1] = {{A.s[u][0][0]}};
             pti_block<TIN, 1, 1, 1, false>(wv, sv, xv, acc, k);
@@ -793,7 +797,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // they may travel while the previous kernel ends); activations only after it is done.  (Not
     // with PF = 0: no gain at one row there, and spills in the register-tight variants: docs/perf.md.)
     PtiStep<NTW, RG, MT, U> A;
-    if (PF == 1 && nsteps > 0) pti_load_w_step<0, NTW, RG, MT, U, true>(A, p);
+    if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
     // PF = 2: blocks warp + 8 u below nfull, u < U, by coherent loads (pti_ld_stream_pre); a block past nmain
     // reads the matrix's first block instead, and is not used (no predicates on the loads).
     const int nmain = PF != 2 ? 0 : nfull > warp ? min(U, (nfull - warp + 7) / 8) : 0;

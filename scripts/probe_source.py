@@ -9,8 +9,6 @@ Probes:
   nowait   the tensor-core kernels skip griddepcontrol.wait: each CTA computes as soon as it is resident, so a
            chain of launches pays no dependency (timing only: in the kernel table no launch reads another's
            outputs).  Session 55: how much of a small matrix's time over its bytes is the dependency?
-  ncpre    the pipelined kernels' first step before the wait by .nc loads again, as before session 55 (ptxas then
-           moved the wait above them in 9 of the 16 _p1 kernels of each form): the A/B of the coherent loads
   trace    the tensor-core kernels record, for every CTA, the global timer when it enters, when its wait
            returns, when warp 0 leaves the main loop and when pti_finish is done, with its SM and block
            (pti_trace_buf, 6 words a CTA in entry order: scripts/cta_timeline.py reads them).  Thread 0 takes
@@ -50,8 +48,6 @@ FINISH = "    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc,
 PROBES = {
     "x_row0": [("(p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0)", "(pti_u64)0")],
     "nowait": [(WAIT, WAIT.replace("    pti_pdl_wait();\n", ""))],
-    "ncpre": [("st.w[u][tw][r] = PRE ? pti_ld_stream_pre(q) : pti_ld_stream(q);", "st.w[u][tw][r] = pti_ld_stream(q);"),
-              ("st.s[u][tw][r] = PRE ? pti_ld_u32_pre(sc) : __ldg(sc);", "st.s[u][tw][r] = __ldg(sc);")],
     "trace": [
         ("__device__ __forceinline__ void pti_pdl_trigger() {", TRACE_HEAD + "__device__ __forceinline__ void pti_pdl_trigger() {"),
         (ENTRY, ENTRY.replace("    pti_pdl_trigger();\n",

@@ -9,7 +9,9 @@ dependency).
     python3 scripts/sass_mix.py [--tree DIR] [--probe | --arch sm_90a] [--dump] KERNEL [KERNEL ...]
 --probe: the kernels of scripts/wgmma_probe.cu (sm_90a) instead; their main loop is the shortest loop
 holding a warpgroup MMA (HGMMA), with the instructions that run once a slice included.
-    e.g. python3 scripts/sass_mix.py pti_mm_bf16_out_t1_r1_m1_u4 pti_mm_bf16_out_t1_r1_m2_u1_p1"""
+    e.g. python3 scripts/sass_mix.py pti_mm_bf16_out_t1_r1_m1_u4 pti_mm_bf16_out_t1_r1_m2_u1_p1
+--wait: the kernels matching the KERNEL regexes, each with the global loads it issues before griddepcontrol.wait
+    e.g. python3 scripts/sass_mix.py --arch sm_90a --wait '_p[12]$'"""
 
 import argparse
 import collections
@@ -56,12 +58,26 @@ def main_loop(ins: list, lab: dict) -> list:
     return min(loops, key=len) if loops else []
 
 
+def loads_before_wait(ins: list) -> tuple[int, int] | None:
+    """(global loads, cached .nc 16-byte loads) issued before the kernel's first griddepcontrol.wait (SASS
+    ACQBULK); None: no wait.  ptxas moves ld.global.nc loads across the wait both ways (docs/perf.md, session
+    55): early weights may land after it, and the activations' loads (cached .nc: LDG.E.128.CONSTANT, where
+    the weights' are .NA.) before it, which would read the launch before's outputs too soon."""
+    for i, (_, text) in enumerate(ins):
+        if text.endswith("ACQBULK"):
+            pre = [t for _, t in ins[:i] if "LDG" in t]
+            return len(pre), sum(".128.CONSTANT" in t and ".NA." not in t for t in pre)
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]))
     ap.add_argument("--dump", action="store_true", help="print the loop's instructions too")
     ap.add_argument("--probe", action="store_true", help="the wgmma probe's kernels (scripts/wgmma_probe.cu)")
     ap.add_argument("--arch", default="sm_90", help="pti_kernel.hip's target (sm_90a: with the Hopper kernels)")
+    ap.add_argument("--wait", action="store_true",
+                    help="per kernel matching a KERNEL regex: the global loads before griddepcontrol.wait")
     ap.add_argument("kernels", nargs="+")
     args = ap.parse_args()
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
@@ -81,6 +97,12 @@ def main() -> int:
         f.flush()
         sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
     funcs, labels = functions(sass)
+    if args.wait:
+        for name in sorted(f for f in funcs if any(re.search(k, f) for k in args.kernels)):
+            found = loads_before_wait(funcs[name])
+            print(f"{name}: " + ("no wait" if found is None else
+                                 f"{found[0]} loads before the wait, {found[1]} of them cached .nc 16-byte loads"))
+        return 0
     for name in args.kernels:
         if name not in funcs:
             print(f"{name}: no such kernel")

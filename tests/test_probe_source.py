@@ -62,3 +62,23 @@ def test_cta_timeline_summary_of_known_stamps():
     t[5, 5] += 1   # one CTA of launch 1 with another launch's weights
     assert ct.summary({"t": t, "grid": grid, "name": "pti_mm_f16_out_x_y_z", "replay_us": 5.0, "nbytes": 9e6},
                       4.5e12)["mixed"] == 1
+
+
+def test_sass_mix_counts_the_loads_before_the_wait():
+    """scripts/sass_mix.py --wait: the loads a kernel issues before its first ACQBULK (griddepcontrol.wait), and
+    among them the cached .nc 16-byte loads (activations read too early); none without a wait."""
+    sm = load_script("sass_mix")
+    sass = """.text.k:
+        /*0000*/                   PREEXIT ;
+        /*0010*/                   LDG.E.NA.128 R16, desc[UR6][R12.64] ;
+        /*0020*/               @P3 LDG.E.128.CONSTANT R20, desc[UR6][R14.64] ;
+        /*0030*/                   LDG.E R4, desc[UR6][R14.64] ;
+        /*0040*/                   ACQBULK ;
+        /*0050*/                   LDG.E.128.CONSTANT R24, desc[UR6][R14.64+0x10] ;
+.text.j:
+        /*0000*/                   LDG.E.128.CONSTANT R24, desc[UR6][R14.64] ;
+        /*0010*/                   EXIT ;
+"""
+    funcs, _ = sm.functions(sass)
+    assert sm.loads_before_wait(funcs["k"]) == (3, 1)
+    assert sm.loads_before_wait(funcs["j"]) is None

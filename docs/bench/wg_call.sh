@@ -65,9 +65,6 @@
 #              the carveouts), then the four matrices at 1, 2, 4 and 8 rows, q8, on the policy and with every one-row
 #              class on t1_r1_m1_u16_p2 (PTI_VARIANTS), h16 twice alternated, then bf16 (kernels_p2_ACT_V_N.json);
 #              P2_CFGS="ACT:policy|p2 ..." chooses the tables
-#     ncpre        session 55: the four matrices at 1, 8 and 16 rows, q8 and ssq16, h16, on the kernels (the pipelined
-#              first step before the wait by coherent loads) and on their probe copy ncpre (the .nc loads of before,
-#              which ptxas let the wait pass), real / probe / real / probe (kernels_ncpre_SRC_N.json)
 #     ctatrace     session 55: scripts/cta_timeline.py on the trace probe (each CTA's entry, wait return, loop end and
 #              finish on the global timer) for CTA_CELLS (default: the script's cells), raw stamps in $OUT/trace.npz
 #     cluster-probe  scripts/cluster_probe.py: where the card puts the cluster forms' CTAs, by GPC (session 38, not run
@@ -428,8 +425,6 @@ p2)
     ( [ $v = p2 ] && export PTI_VARIANTS="1:8:n=t1_r1_m1_u16_p2;1:8:w=t1_r1_m1_u16_p2;1:8:x=t1_r1_m1_u16_p2"
       ktable "$OUT/kernels_p2_${act}_${v}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8 $act )
   done ;;
-ncpre)
-  probe_ab ncpre 1,8,16 "the pipelined first step by .nc loads" ;;
 ctatrace)
   python3 scripts/probe_source.py trace /tmp/trace.hip || exit 1
   step "CTA timeline (scripts/cta_timeline.py on the trace probe) ${CTA_CELLS:-}"
