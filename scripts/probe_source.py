@@ -9,6 +9,9 @@ Probes:
   nowait   the tensor-core kernels skip griddepcontrol.wait: each CTA computes as soon as it is resident, so a
            chain of launches pays no dependency (timing only: in the kernel table no launch reads another's
            outputs).  Session 55: how much of a small matrix's time over its bytes is the dependency?
+  xcoh     the tensor-core kernels load activations with coherent ld.global (pti_ld_v4) instead of
+           ld.global.nc (__ldg), which ptxas may move above griddepcontrol.wait (session 55; the outputs are
+           right: a candidate fix, timed against the kernels)
   trace    the tensor-core kernels record, for every CTA, the global timer when it enters, when its wait
            returns, when warp 0 leaves the main loop and when pti_finish is done, with its SM and block
            (pti_trace_buf, 6 words a CTA in entry order: scripts/cta_timeline.py reads them).  Thread 0 takes
@@ -48,6 +51,8 @@ FINISH = "    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc,
 PROBES = {
     "x_row0": [("(p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0)", "(pti_u64)0")],
     "nowait": [(WAIT, WAIT.replace("    pti_pdl_wait();\n", ""))],
+    "xcoh": [("return __ldg((const uint4*)p);", "return pti_ld_v4(p);"),
+             ("? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)", "? pti_ld_v4(p.x[tw][mt] + (J * U + u) * 8 * 4)")],
     "trace": [
         ("__device__ __forceinline__ void pti_pdl_trigger() {", TRACE_HEAD + "__device__ __forceinline__ void pti_pdl_trigger() {"),
         (ENTRY, ENTRY.replace("    pti_pdl_trigger();\n",

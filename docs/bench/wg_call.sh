@@ -61,6 +61,9 @@
 #     nowait       session 55: the four matrices at 1 and 8 rows, q8 and ssq16, h16, on the kernels and on their probe copy
 #              nowait (scripts/probe_source.py: no griddepcontrol.wait, timing only), real / probe / real / probe
 #              (kernels_nowait_SRC_N.json); carry the probe's binary (PROBE=nowait scripts/device_prep.sh)
+#     xcoh         session 56: the probe xcoh (activations through coherent ld.global, not ld.global.nc, which ptxas may
+#              move above griddepcontrol.wait): the GPU tests of every variant's bits and of dependent launches on it,
+#              then the four matrices at 1 and 8 rows, q8 and ssq16, h16, real / probe / real / probe (kernels_xcoh_*.json)
 #     p2           session 55: the _p2 variant (the whole slice before the wait): its GPU tests (the bits of every variant,
 #              the carveouts), then the four matrices at 1, 2, 4 and 8 rows, q8, on the policy and with every one-row
 #              class on t1_r1_m1_u16_p2 (PTI_VARIANTS), h16 twice alternated, then bf16 (kernels_p2_ACT_V_N.json);
@@ -416,6 +419,9 @@ xrow0)
   done ;;
 nowait)
   probe_ab nowait 1,8 "no griddepcontrol.wait" ;;
+xcoh)
+  ( export PTI_KERNEL_SOURCE=/tmp/xcoh.hip; python3 scripts/probe_source.py xcoh /tmp/xcoh.hip && gtest "every_variant or dependent" )
+  probe_ab xcoh 1,8 "coherent activation loads" ;;
 p2)
   [ "${P2_TEST:-1}" = 1 ] && gtest "every_variant or fuses_the_same_bits or carveout"
   i=0
