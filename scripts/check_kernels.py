@@ -9,7 +9,11 @@ path for gfx90a and gfx1030 (an offline compile only: nothing has run on AMD har
 --nvrtc-dir: compile with the NVRTC in DIR (an nvidia-cuda-nvrtc wheel's nvidia/cu13/lib) instead of
 the installed one.  `make test` runs it a second time with the H200 image's NVRTC (13.0), which is
 what compiles the kernels on that card: in session 28 it refused code 13.5 took, and spilled where
-13.5 did not."""
+13.5 did not.
+--nvdisasm: also disassemble the sm_90 and sm_90a binaries and fail where a kernel issues a load before its
+griddepcontrol.wait that is not a weight or scale load (scripts/sass_mix.early_activation_loads): ptxas moves
+ld.global.nc loads across the wait (docs/perf.md, session 55), which would read the launch before's outputs
+too soon.  `make test` passes the nvidia-cuda-nvdisasm wheel's."""
 
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ def load_nvrtc(lib_dir: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nvrtc-dir", type=Path, help="compile with the NVRTC library in this folder")
+    ap.add_argument("--nvdisasm", help="check the loads before each kernel's wait with this nvdisasm")
     args = ap.parse_args()
     if args.nvrtc_dir:
         load_nvrtc(args.nvrtc_dir)
@@ -75,6 +80,8 @@ def main() -> int:
         if not out.resources:
             print(f"FAIL {arch}: no resource report in the compiler log")
             failed = True
+        if args.nvdisasm and arch.startswith("sm_90"):
+            failed |= not check_early_loads(out.binary, args.nvdisasm, arch)
         if arch == "sm_90a" and not hopper_kernels() <= set(out.resources):
             print(f"FAIL {arch}: the Hopper kernels (pti_wg_*) are missing")
             failed = True
@@ -82,6 +89,19 @@ def main() -> int:
         failed |= not check_hipcc()
     print("check_kernels: FAIL" if failed else "check_kernels: OK")
     return 1 if failed else 0
+
+
+def check_early_loads(binary: bytes, nvdisasm: str, arch: str) -> bool:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from sass_mix import disassemble, early_activation_loads, functions
+    funcs, _ = functions(disassemble(binary, nvdisasm))
+    bad = {name: early for name, ins in funcs.items() if (early := early_activation_loads(ins))}
+    for name, early in sorted(bad.items()):
+        print(f"FAIL {arch} {name}: {len(early)} loads before griddepcontrol.wait that are not weights: {early[0]}")
+    waits = sum(any(t.endswith("ACQBULK") for _, t in ins) for ins in funcs.values())
+    print(f"  {arch}: {waits} of {len(funcs)} kernels wait for the launch before; "
+          f"{'none' if not bad else len(bad)} load activations before the wait")
+    return not bad
 
 
 def check_hipcc() -> bool:

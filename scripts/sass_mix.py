@@ -70,6 +70,25 @@ def loads_before_wait(ins: list) -> tuple[int, int] | None:
     return None
 
 
+def early_activation_loads(ins: list) -> list[str]:
+    """The global loads before the kernel's first griddepcontrol.wait (ACQBULK) that are not weight-shaped:
+    weights stream in 16 bytes with L1::no_allocate (.NA.) and their scales in 4 (a plain LDG.E, .nc or not),
+    while activations are cached 16-byte or 2-byte loads.  Anything else there may read the launch before's
+    outputs before they are written (cp.async and TMA loads too; ptxas moves .nc loads across the wait: docs/perf.md, session 55)."""
+    for i, (_, text) in enumerate(ins):
+        if text.endswith("ACQBULK"):
+            loads = [t for _, t in ins[:i] if "LDG" in t.split()[1 if t.startswith("@") else 0]]   # LDGSTS, UTMALDG too
+            return [t for t in loads if not re.search(r"(^|\s)LDG\.E(\.NA\.128(\.CONSTANT)?|(\.CONSTANT)?)\s", t)]
+    return []
+
+
+def disassemble(binary: bytes, nvdisasm: str) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(binary)
+        f.flush()
+        return subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]))
@@ -92,11 +111,7 @@ def main() -> int:
         out = compile_nvrtc(probe_source(), "sm_90a", options=("-std=c++17", "--ptxas-options=-v"))
     else:
         out = compile_nvrtc((Path(args.tree) / "kernels" / "pti_kernel.hip").read_text(), args.arch)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(out.binary)
-        f.flush()
-        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
-    funcs, labels = functions(sass)
+    funcs, labels = functions(disassemble(out.binary, nvdisasm))
     if args.wait:
         for name in sorted(f for f in funcs if any(re.search(k, f) for k in args.kernels)):
             found = loads_before_wait(funcs[name])

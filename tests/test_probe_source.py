@@ -82,3 +82,29 @@ def test_sass_mix_counts_the_loads_before_the_wait():
     funcs, _ = sm.functions(sass)
     assert sm.loads_before_wait(funcs["k"]) == (3, 1)
     assert sm.loads_before_wait(funcs["j"]) is None
+
+
+def test_early_activation_loads_flags_all_but_weight_shaped_loads():
+    """scripts/sass_mix.early_activation_loads (check_kernels' guard): before the wait only weight streams
+    (.NA. 16-byte) and 4-byte scale loads pass; cached 16-byte, 2-byte, cp.async and TMA loads are flagged."""
+    sm = load_script("sass_mix")
+    sass = """.text.k:
+        /*0000*/                   LDG.E.NA.128.CONSTANT R16, desc[UR6][R12.64] ;
+        /*0010*/                   LDG.E.NA.128 R16, desc[UR6][R12.64+0x10] ;
+        /*0020*/               @P3 LDG.E.128.CONSTANT R20, desc[UR6][R14.64] ;
+        /*0030*/                   LDG.E.CONSTANT R4, desc[UR6][R14.64] ;
+        /*0040*/                   LDG.E R5, desc[UR6][R14.64+0x4] ;
+        /*0050*/                   LDG.E.U16 R6, desc[UR6][R14.64] ;
+        /*0060*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR6][R14.64] ;
+        /*0070*/                   LDG.E.128 R8, desc[UR6][R14.64] ;
+        /*0080*/                   ACQBULK ;
+        /*0090*/                   LDG.E.128.CONSTANT R24, desc[UR6][R14.64+0x10] ;
+.text.j:
+        /*0000*/                   LDG.E.128.CONSTANT R24, desc[UR6][R14.64] ;
+        /*0010*/                   EXIT ;
+"""
+    funcs, _ = sm.functions(sass)
+    flagged = sm.early_activation_loads(funcs["k"])
+    assert [t.split()[1 if t.startswith("@") else 0] for t in flagged] == \
+        ["LDG.E.128.CONSTANT", "LDG.E.U16", "LDGSTS.E.BYPASS.128", "LDG.E.128"]
+    assert sm.early_activation_loads(funcs["j"]) == []
