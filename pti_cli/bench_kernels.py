@@ -148,7 +148,7 @@ def bench_shape(backend, kind: str, n: int, k: int, ms, denom: float, variant: s
         # as matmul_twins: two one-twin launches past its row limit (unless a twin variant is asked for)
         split = twins == 2 and m > TWIN_KERNEL_MAX_ROWS and variant is None and not wg
         name = backend.wg_kernel(m, backend.act_dtype, code=one.code, rows=n, twins=twins)[0] if wg else \
-            backend.kernel_name(1 if split else twins, m, x_dtype, backend.act_dtype, variant, rows=n)
+            backend.kernel_name(1 if split else twins, m, x_dtype, backend.act_dtype, variant, rows=n, cols=k)
         if not wg:
             backend.kernel(name)   # a one-line error where the card's module lacks it
 

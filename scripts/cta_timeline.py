@@ -47,7 +47,7 @@ def trace_cell(be, drv, kind: str, n: int, k: int, m: int, variant: str | None) 
     reps = replay_launches(one.nbytes * twins, copies)
     xs = [torch.randn(m, k, device=be.device).half() for _ in range(twins)]
     ys = [torch.empty(m, n, device=be.device, dtype=be.act_dtype) for _ in range(twins)]
-    name = be.kernel_name(twins, m, torch.float16, be.act_dtype, variant, rows=n)
+    name = be.kernel_name(twins, m, torch.float16, be.act_dtype, variant, rows=n, cols=k)
     grid = be.launch_args(name, sets[0], xs, ys)[0]
 
     def calls():

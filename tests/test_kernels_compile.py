@@ -347,6 +347,32 @@ def test_variant_overrides_from_the_environment(monkeypatch):
             variant_for(1, 16, "w")
 
 
+def test_p2_opt_in_takes_one_twins_short_rows_of_k_it_prefetches(monkeypatch):
+    """PTI_P2=1 puts one twin's 1-8 rows of a matrix of K <= P2_MAX_K (QKV, O, gate/up of an 8B model) on the
+    "_p2" variant and leaves down (K = 14336), unknown K, two twins and 9+ rows on the policy; PTI_VARIANTS
+    still wins, and another value of PTI_P2 is refused."""
+    import torch
+    from pti_cli.backends.cuda import P2_MAX_K, P2_VARIANT, CudaBackend, variant_for
+    from pti_cli.errors import PtiError
+
+    cells = [(tw, m, w, k) for tw in (1, 2) for m in (1, 8, 9)[:4 - tw] for w in "nwx" for k in (0, 4096, P2_MAX_K + 32, 14336)]
+    base = {c: variant_for(c[0], c[1], c[2], "f16", c[3]) for c in cells}
+    assert P2_VARIANT not in base.values()
+    monkeypatch.setenv("PTI_P2", "1")
+    for c in cells:
+        p2 = c[0] == 1 and c[1] <= 8 and 0 < c[3] <= P2_MAX_K
+        assert variant_for(c[0], c[1], c[2], "f16", c[3]) == (P2_VARIANT if p2 else base[c]), c
+    b = CudaBackend.__new__(CudaBackend)   # kernel_name reads only these two (no GPU here)
+    b.generic, b.sm_count = False, 132
+    assert b.kernel_name(1, 4, torch.float16, torch.bfloat16, rows=4096, cols=4096) == f"pti_mm_f16_out_{P2_VARIANT}"
+    assert b.kernel_name(1, 4, torch.float16, torch.bfloat16, rows=4096, cols=14336) != f"pti_mm_f16_out_{P2_VARIANT}"
+    monkeypatch.setenv("PTI_VARIANTS", "1:8:n=t1_r1_m1_u8")
+    assert variant_for(1, 4, "n", "f16", 4096) == "t1_r1_m1_u8"
+    monkeypatch.setenv("PTI_P2", "yes")
+    with pytest.raises(PtiError, match="PTI_P2"):
+        variant_for(1, 4, "n", "f16", 4096)
+
+
 def test_width_classes_pick_the_policy():
     """Matrices are put in width classes by row groups per SM, and an entry without an extra-wide
     variant uses its wide one there."""

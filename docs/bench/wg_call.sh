@@ -66,7 +66,8 @@
 #              then the four matrices at 1 and 8 rows, q8 and ssq16, h16, real / probe / real / probe (kernels_xcoh_*.json)
 #     p2           session 55: the _p2 variant (the whole slice before the wait): its GPU tests (the bits of every variant,
 #              the carveouts), then the four matrices at 1, 2, 4 and 8 rows, q8, on the policy and with every one-row
-#              class on t1_r1_m1_u16_p2 (PTI_VARIANTS), h16 twice alternated, then bf16 (kernels_p2_ACT_V_N.json);
+#              matrix of K <= 4096 on t1_r1_m1_u16_p2 (PTI_P2=1: QKV, O and gate/up; down keeps the policy; session 55
+#              wrote PTI_VARIANTS for every class, down too), h16 twice alternated, then bf16 (kernels_p2_ACT_V_N.json);
 #              P2_CFGS="ACT:policy|p2 ..." chooses the tables
 #     ctatrace     session 55: scripts/cta_timeline.py on the trace probe (each CTA's entry, wait return, loop end and
 #              finish on the global timer) for CTA_CELLS (default: the script's cells), raw stamps in $OUT/trace.npz
@@ -428,7 +429,7 @@ p2)
   for cfg in ${P2_CFGS:-h16:policy h16:p2 h16:policy h16:p2 bf16:policy bf16:p2}; do
     i=$((i + 1)); act=${cfg%:*}; v=${cfg#*:}
     step "kernel table, 4 matrices, rows 1,2,4,8, q8, $act, $v"
-    ( [ $v = p2 ] && export PTI_VARIANTS="1:8:n=t1_r1_m1_u16_p2;1:8:w=t1_r1_m1_u16_p2;1:8:x=t1_r1_m1_u16_p2"
+    ( [ $v = p2 ] && export PTI_P2=1
       ktable "$OUT/kernels_p2_${act}_${v}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8 $act )
   done ;;
 ctatrace)

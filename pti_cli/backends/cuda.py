@@ -52,11 +52,15 @@ WIDTHS = {"w": 2.5, "x": 8.0}
 # 1-8 rows of one model ran 9.2 us on t1_r1_m1_u2_p1 against u4's 10.0 with bf16 inputs, and both 9.7 with h16
 # inputs (the form a bf16 model runs; docs/perf.md, session 45).
 TC_BF16_VARIANTS = {(1, 8, "w"): "t1_r1_m1_u2_p1"}
+# The "_p2" variant requests a warp's first 16 blocks before the wait: all of a row group of K <= P2_MAX_K, and
+# it holds up to 8 activation rows of that K in shared memory.  Past it the rest of K goes one block at a time.
+P2_VARIANT = "t1_r1_m1_u16_p2"
+P2_MAX_K = 16 * 8 * 32
 # Loaded and benchmarkable, but not in the policy above ("_p1" in the policy: the software-pipelined
 # main loop, kernels/pti_kernel.hip PF = 1, measured in docs/perf.md, kernels v10).
 EXTRA_VARIANTS = ("t1_r2_m1_u4", "t2_r2_m1_u2", "t1_r2_m2_u4", "t1_r2_m4_u2", "t1_r2_m8_u1", "t1_r1_m2_u6",
                   "t1_r1_m2_u8", "t1_r1_m4_u4", "t2_r1_m2_u4", "t1_r1_m1_u8", "t2_r1_m1_u2_p1", "t1_r1_m2_u3",
-                  "t1_r1_m2_u4", "t1_r2_m1_u2_p1", "t1_r2_m1_u4_p1", "t1_r1_m1_u16_p2")
+                  "t1_r1_m2_u4", "t1_r2_m1_u2_p1", "t1_r2_m1_u4_p1", P2_VARIANT)
 TWIN_KERNEL_MAX_ROWS = 8
 # The policy's one-twin variants of two or more row tiles (more than 8 rows) also exist in the inv
 # CTAs' form, named with "_i1" (kernels/pti_kernel.hip PtiArgs, Epilogue below).
@@ -373,9 +377,18 @@ def width_class(groups_per_sm: float) -> str:
     return "x" if groups_per_sm >= WIDTHS["x"] else "w" if groups_per_sm >= WIDTHS["w"] else "n"
 
 
-def variant_for(twins: int, m: int, width: str = "n", act: str = "f16") -> str:
-    """The variant for m rows of a matrix of width class `width` ("n", "w", "x": width_class) whose kernels
-    read `act` activations ("bf16" or "f16", as ACT_TAGS; h16 inputs are f16).
+def p2_wanted() -> bool:
+    """PTI_P2=1: one twin's 1-8 rows of a matrix of K <= P2_MAX_K on P2_VARIANT (A/B runs; not measured yet,
+    docs/perf.md session 56)."""
+    v = os.environ.get("PTI_P2", "0")
+    if v not in ("0", "1"):
+        raise PtiError(f"PTI_P2 must be 0 or 1, not {v!r}")
+    return v == "1"
+
+
+def variant_for(twins: int, m: int, width: str = "n", act: str = "f16", k: int = 0) -> str:
+    """The variant for m rows of a matrix of width class `width` ("n", "w", "x": width_class) and k columns
+    (0: not known) whose kernels read `act` activations ("bf16" or "f16", as ACT_TAGS; h16 inputs are f16).
     PTI_VARIANTS overrides entries of TC_VARIANTS for A/B runs (`scripts/pass_ab.py
     TREE,PTI_VARIANTS=...`): "1:16:w=t1_r1_m2_u4;1:8:n=t1_r1_m1_u8" (twins:row limit:width=variant);
     every variant gives the same bits, so this changes only speed."""
@@ -385,6 +398,8 @@ def variant_for(twins: int, m: int, width: str = "n", act: str = "f16") -> str:
             default = names.get(width) or names["w"]
             if act == "bf16":
                 default = TC_BF16_VARIANTS.get((twins, limit, width), default)
+            if twins == 1 and limit == 8 and 0 < k <= P2_MAX_K and p2_wanted():
+                default = P2_VARIANT
             return over.get(f"{twins}:{limit}:{width}", default)
     raise AssertionError(m)
 
@@ -789,17 +804,17 @@ class KernelBackend(Backend):
                         self.row_inv(pin, x.shape[1], ec.eps, out=iv)
                 ec = replace(ec, pin=[], sum_inv=False, ti=[])
             self.launch(packs, xc, yc, self.kernel_name(len(packs), max(x.shape[0] for x in xc), xs[0].dtype,
-                                                          ys[0].dtype, rows=packs[0].rows, glu=glu,
+                                                          ys[0].dtype, rows=packs[0].rows, glu=glu, cols=packs[0].cols,
                                                           inv_form=ec is not None and ec.inv_form()), ec)
 
     def kernel_name(self, twins: int, m: int, act: torch.dtype, out: torch.dtype, variant: str | None = None,
-                    rows: int = 0, glu: bool = False, inv_form: bool = False) -> str:
-        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few); inv_form:
-        its "_i1" instantiation (Epilogue.inv_form)."""
+                    rows: int = 0, glu: bool = False, inv_form: bool = False, cols: int = 0) -> str:
+        """The kernel for m activation rows of a matrix of `rows` rows (0: unknown, few) and `cols` columns
+        (0: unknown); inv_form: its "_i1" instantiation (Epilogue.inv_form)."""
         tag = ACT_TAGS[act] + ("_glu" if glu else "_f32" if out == torch.float32 else "_out")
         if self.generic:
             return f"pti_mmg_{tag}_t{twins}"
-        v = variant or variant_for(twins, m, width_class(rows / 16 / self.sm_count), ACT_TAGS[act])
+        v = variant or variant_for(twins, m, width_class(rows / 16 / self.sm_count), ACT_TAGS[act], cols)
         return f"pti_mm_{tag}_{v}" + ("_i1" if inv_form else "")
 
     def inv_form_ok(self, m: int, w: "KernelMatrix", out: torch.dtype, glu: bool = False) -> bool:
