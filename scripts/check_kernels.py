@@ -91,16 +91,25 @@ def main() -> int:
     return 1 if failed else 0
 
 
+# Kernels whose loads before a wait are their design, behind a run-time flag the SASS does not show: the fused
+# attention's early form requests cached keys and values before its wait inside captured passes (pti_ops.hip,
+# attn_rope), and the Hopper matmuls' rest form reads its inputs with no wait, started only once the launch
+# beside it is past its own (pti_kernel.hip, pti_wg_mm).  Every other kernel that waits is checked.
+EARLY_BY_DESIGN = ("attn_rope", "pti_wg_")
+
+
 def check_early_loads(binary: bytes, nvdisasm: str, arch: str) -> bool:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from sass_mix import disassemble, early_activation_loads, functions
-    funcs, _ = functions(disassemble(binary, nvdisasm))
-    bad = {name: early for name, ins in funcs.items() if (early := early_activation_loads(ins))}
+    funcs, labels = functions(disassemble(binary, nvdisasm))
+    waits = {name for name, ins in funcs.items() if any(t.endswith("ACQBULK") for _, t in ins)}
+    checked = {name for name in waits if not name.startswith(EARLY_BY_DESIGN)}
+    bad = {name: early for name in checked if (early := early_activation_loads(funcs[name], labels[name]))}
     for name, early in sorted(bad.items()):
         print(f"FAIL {arch} {name}: {len(early)} loads before griddepcontrol.wait that are not weights: {early[0]}")
-    waits = sum(any(t.endswith("ACQBULK") for _, t in ins) for ins in funcs.values())
-    print(f"  {arch}: {waits} of {len(funcs)} kernels wait for the launch before; "
-          f"{'none' if not bad else len(bad)} load activations before the wait")
+    print(f"  {arch}: {len(waits)} of {len(funcs)} kernels wait for the launch before ({len(waits) - len(checked)} "
+          f"exempt: EARLY_BY_DESIGN); {'none' if not bad else len(bad)} of the other {len(checked)} load "
+          f"activations before the wait")
     return not bad
 
 

@@ -70,16 +70,38 @@ def loads_before_wait(ins: list) -> tuple[int, int] | None:
     return None
 
 
-def early_activation_loads(ins: list) -> list[str]:
-    """The global loads before the kernel's first griddepcontrol.wait (ACQBULK) that are not weight-shaped:
-    weights stream in 16 bytes with L1::no_allocate (.NA.) and their scales in 4 (a plain LDG.E, .nc or not),
-    while activations are cached 16-byte or 2-byte loads.  Anything else there may read the launch before's
-    outputs before they are written (cp.async and TMA loads too; ptxas moves .nc loads across the wait: docs/perf.md, session 55)."""
-    for i, (_, text) in enumerate(ins):
-        if text.endswith("ACQBULK"):
-            loads = [t for _, t in ins[:i] if "LDG" in t.split()[1 if t.startswith("@") else 0]]   # LDGSTS, UTMALDG too
-            return [t for t in loads if not re.search(r"(^|\s)LDG\.E(\.NA\.128(\.CONSTANT)?|(\.CONSTANT)?)\s", t)]
-    return []
+def early_activation_loads(ins: list, lab: dict) -> list[str]:
+    """The global loads a kernel can issue before it has passed a griddepcontrol.wait (SASS ACQBULK) that are
+    not weight-shaped: weights stream in 16 bytes with L1::no_allocate (.NA.) and their scales in 4 (a plain
+    LDG.E, .nc or not), while activations are cached 16-byte or 2-byte loads.  Anything else there may read the
+    launch before's outputs before they are written (cp.async and TMA loads too; ptxas moves .nc loads across
+    the wait: docs/perf.md, session 55).  Paths, not addresses: a walk from the entry along fall-throughs and
+    branches that stops at each unpredicated wait (a kernel may wait in more than one branch).  A kernel with no
+    wait is not a dependent launch's and is not checked."""
+    if not any(text.endswith("ACQBULK") for _, text in ins):
+        return []   # no wait: launched without the dependency (pti_stream_read)
+    at = {addr: i for i, (addr, _) in enumerate(ins)}
+    seen, todo, loads = set(), [0], []
+    while todo:
+        i = todo.pop()
+        if i in seen or i >= len(ins):
+            continue
+        seen.add(i)
+        words = ins[i][1].split()
+        pred = words[0].startswith("@")
+        op = words[1 if pred else 0]
+        if op == "ACQBULK" and not pred:
+            continue
+        if "LDG" in op:   # LDG, LDGSTS, UTMALDG
+            loads.append(ins[i][1])
+        if op.startswith(("BRA", "JMP", "CALL")):   # (a called subroutine's body too)
+            todo += [at[lab[t]] for t in re.findall(r"(\.L_x_\d+)", ins[i][1]) if t in lab]
+            if op in ("BRA", "JMP") and not pred:
+                continue
+        elif op.startswith(("EXIT", "RET", "KILL")) and not pred:
+            continue
+        todo.append(i + 1)
+    return [t for t in loads if not re.search(r"(^|\s)LDG\.E(\.NA\.128(\.CONSTANT)?|(\.CONSTANT)?)\s", t)]
 
 
 def disassemble(binary: bytes, nvdisasm: str) -> str:

@@ -85,8 +85,10 @@ def test_sass_mix_counts_the_loads_before_the_wait():
 
 
 def test_early_activation_loads_flags_all_but_weight_shaped_loads():
-    """scripts/sass_mix.early_activation_loads (check_kernels' guard): before the wait only weight streams
-    (.NA. 16-byte) and 4-byte scale loads pass; cached 16-byte, 2-byte, cp.async and TMA loads are flagged."""
+    """scripts/sass_mix.early_activation_loads (check_kernels' guard): on every path from the entry up to a wait,
+    only weight streams (.NA. 16-byte) and 4-byte scale loads pass; cached 16-byte, 2-byte, cp.async and TMA
+    loads are flagged.  Kernel m waits first in a branch (the inv CTAs' way), so its main path's activation
+    load lies after a wait by address but before any on its path."""
     sm = load_script("sass_mix")
     sass = """.text.k:
         /*0000*/                   LDG.E.NA.128.CONSTANT R16, desc[UR6][R12.64] ;
@@ -102,9 +104,22 @@ def test_early_activation_loads_flags_all_but_weight_shaped_loads():
 .text.j:
         /*0000*/                   LDG.E.128.CONSTANT R24, desc[UR6][R14.64] ;
         /*0010*/                   EXIT ;
+.text.m:
+        /*0000*/                   ISETP.GE.AND P0, PT, R0, R1, PT ;
+        /*0010*/               @P0 BRA `(.L_x_7) ;
+        /*0020*/                   ACQBULK ;
+        /*0030*/                   LDG.E.128.CONSTANT R24, desc[UR6][R14.64] ;
+        /*0040*/                   EXIT ;
+.L_x_7:
+        /*0050*/                   LDG.E.NA.128.CONSTANT R16, desc[UR6][R12.64] ;
+        /*0060*/                   LDG.E.128.CONSTANT R20, desc[UR6][R14.64] ;
+        /*0070*/                   ACQBULK ;
+        /*0080*/                   LDG.E.128.CONSTANT R28, desc[UR6][R14.64+0x10] ;
+        /*0090*/                   BRA `(.L_x_7) ;
 """
-    funcs, _ = sm.functions(sass)
-    flagged = sm.early_activation_loads(funcs["k"])
-    assert [t.split()[1 if t.startswith("@") else 0] for t in flagged] == \
+    funcs, labels = sm.functions(sass)
+    flagged = {name: sm.early_activation_loads(ins, labels[name]) for name, ins in funcs.items()}
+    assert [t.split()[1 if t.startswith("@") else 0] for t in flagged["k"]] == \
         ["LDG.E.128.CONSTANT", "LDG.E.U16", "LDGSTS.E.BYPASS.128", "LDG.E.128"]
-    assert sm.early_activation_loads(funcs["j"]) == []
+    assert flagged["j"] == []   # no wait at all: not a dependent launch's kernel
+    assert flagged["m"] == ["LDG.E.128.CONSTANT R20, desc[UR6][R14.64]"]
