@@ -10,6 +10,14 @@
 # On a fresh checkout, scripts/device_prep.sh builds .whl/ and this tree's binaries into .carry/ here.
 export PTI_CACHE_DIR="$PWD/.carry/pti-cache"
 mkdir -p "$PTI_CACHE_DIR/kernels"
+# scripts/device_prep.sh carries the binaries xz-compressed (a 9.7 MB sm_90a binary is 0.65 MB so): unpack them
+python3 - "$PTI_CACHE_DIR/kernels" <<'PY'
+import lzma, sys
+from pathlib import Path
+for f in Path(sys.argv[1]).glob("*.bin.xz"):
+    if not f.with_suffix("").exists():
+        f.with_suffix("").write_bytes(lzma.decompress(f.read_bytes()))
+PY
 # Only this tree's binaries (pti_kernel.hip's and pti_ops.hip's for this GPU), compressed: the device
 # returns files of at most 16 MiB; a cache holding several trees' builds outgrew that in session 14, and
 # one tree's three binaries, uncompressed, in session 29.

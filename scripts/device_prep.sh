@@ -4,8 +4,10 @@
 #            safetensors, tokenizers), installed in the call by docs/bench/wg_call.sh and scripts/gpu_*.sh
 #   .carry/  this tree's kernel binaries for sm_90a and sm_90, built here with the device's NVRTC 13.0
 #            (make install puts it in .venv), so a call spends no device time compiling (scripts/device_cache.sh);
-#            with PROBE=x_row0 also that probe's binary (scripts/probe_source.py)
-#   bash scripts/device_prep.sh        (after `make install`; about 3 minutes on two cores)
+#            with PROBES="nowait xcoh" also those probes' binaries (scripts/probe_source.py; PROBE=one, as before);
+#            every binary xz-compressed (device_cache.sh unpacks them in the call): about 0.65 MB each instead of
+#            9.7, so the call's 64 MiB hold every probe's
+#   bash scripts/device_prep.sh        (after `make install`; about 3 minutes on two cores, 1 more a probe)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -27,7 +29,14 @@ for name, arch in (("pti_kernel.hip", "sm_90a"), ("pti_kernel.hip", "sm_90"), ("
     cached_binary("cuda", arch, name)
     print(nvrtc_version(), name, arch)
 PY
-if [ -n "${PROBE:-}" ]; then
-    $PY scripts/probe_source.py "$PROBE" "/tmp/$PROBE.hip" --compile "$NVRTC" .carry/pti-cache
-fi
+for probe in ${PROBE:-} ${PROBES:-}; do
+    $PY scripts/probe_source.py "$probe" "/tmp/$probe.hip" --compile "$NVRTC" .carry/pti-cache
+done
+$PY - .carry/pti-cache/kernels <<'PY'
+import lzma, sys
+from pathlib import Path
+for f in Path(sys.argv[1]).glob("*.bin"):
+    Path(f"{f}.xz").write_bytes(lzma.compress(f.read_bytes(), preset=6))
+    f.unlink()
+PY
 du -sh .whl .carry

@@ -12,6 +12,9 @@ Probes:
   xcoh     the tensor-core kernels load activations with coherent ld.global (pti_ld_v4) instead of
            ld.global.nc (__ldg), which ptxas may move above griddepcontrol.wait (session 55; the outputs are
            right: a candidate fix, timed against the kernels)
+  p1coh    the pipelined (_p1) kernels request their first step of weights by coherent loads (session 55,
+           reverted): with NVRTC 13.5 ptxas then moves activation loads above the wait in 28 kernels, a race.
+           Not for timing: the case check_kernels --nvdisasm must fail on (PTI_KERNEL_SOURCE=OUT)
   trace    the tensor-core kernels record, for every CTA, the global timer when it enters, when its wait
            returns, when warp 0 leaves the main loop and when pti_finish is done, with its SM and block
            (pti_trace_buf, 6 words a CTA in entry order: scripts/cta_timeline.py reads them).  Thread 0 takes
@@ -53,6 +56,20 @@ PROBES = {
     "nowait": [(WAIT, WAIT.replace("    pti_pdl_wait();\n", ""))],
     "xcoh": [("return __ldg((const uint4*)p);", "return pti_ld_v4(p);"),
              ("? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)", "? pti_ld_v4(p.x[tw][mt] + (J * U + u) * 8 * 4)")],
+    # session 55's reverted change, kept as the race check_kernels' guard must catch (docs/perf.md, session 56)
+    "p1coh": [
+        ("template <int J, int NTW, int RG, int MT, int U>\n__device__ __forceinline__ void pti_load_w_step",
+         "template <int J, int NTW, int RG, int MT, int U, bool PRE = false>\n"
+         "__device__ __forceinline__ void pti_load_w_step"),
+        ("                st.w[u][tw][r] = pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);\n"
+         "                st.s[u][tw][r] = __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);",
+         "                st.w[u][tw][r] = PRE ? pti_ld_stream_pre(p.q[tw][r] + (J * U + u) * 8 * 32)\n"
+         "                                     : pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);\n"
+         "                st.s[u][tw][r] = PRE ? pti_ld_u32_pre(p.s[tw][r] + (J * U + u) * 8 * 8)\n"
+         "                                     : __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);"),
+        ("if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);",
+         "if (PF == 1 && nsteps > 0) pti_load_w_step<0, NTW, RG, MT, U, true>(A, p);"),
+    ],
     "trace": [
         ("__device__ __forceinline__ void pti_pdl_trigger() {", TRACE_HEAD + "__device__ __forceinline__ void pti_pdl_trigger() {"),
         (ENTRY, ENTRY.replace("    pti_pdl_trigger();\n",
