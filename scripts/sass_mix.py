@@ -10,7 +10,8 @@ dependency).
 --probe: the kernels of scripts/wgmma_probe.cu (sm_90a) instead; their main loop is the shortest loop
 holding a warpgroup MMA (HGMMA), with the instructions that run once a slice included.
     e.g. python3 scripts/sass_mix.py pti_mm_bf16_out_t1_r1_m1_u4 pti_mm_bf16_out_t1_r1_m2_u1_p1
---wait: the kernels matching the KERNEL regexes, each with the global loads it issues before griddepcontrol.wait
+--wait: the kernels matching the KERNEL regexes, each with the global loads it can issue before griddepcontrol.wait
+(and how many are not weight-shaped: check_kernels.py --nvdisasm fails on those)
     e.g. python3 scripts/sass_mix.py --arch sm_90a --wait '_p[12]$'"""
 
 import argparse
@@ -58,28 +59,13 @@ def main_loop(ins: list, lab: dict) -> list:
     return min(loops, key=len) if loops else []
 
 
-def loads_before_wait(ins: list) -> tuple[int, int] | None:
-    """(global loads, cached .nc 16-byte loads) issued before the kernel's first griddepcontrol.wait (SASS
-    ACQBULK); None: no wait.  ptxas moves ld.global.nc loads across the wait both ways (docs/perf.md, session
-    55): early weights may land after it, and the activations' loads (cached .nc: LDG.E.128.CONSTANT, where
-    the weights' are .NA.) before it, which would read the launch before's outputs too soon."""
-    for i, (_, text) in enumerate(ins):
-        if text.endswith("ACQBULK"):
-            pre = [t for _, t in ins[:i] if "LDG" in t]
-            return len(pre), sum(".128.CONSTANT" in t and ".NA." not in t for t in pre)
-    return None
-
-
-def early_activation_loads(ins: list, lab: dict) -> list[str]:
-    """The global loads a kernel can issue before it has passed a griddepcontrol.wait (SASS ACQBULK) that are
-    not weight-shaped: weights stream in 16 bytes with L1::no_allocate (.NA.) and their scales in 4 (a plain
-    LDG.E, .nc or not), while activations are cached 16-byte or 2-byte loads.  Anything else there may read the
-    launch before's outputs before they are written (cp.async and TMA loads too; ptxas moves .nc loads across
-    the wait: docs/perf.md, session 55).  Paths, not addresses: a walk from the entry along fall-throughs and
-    branches that stops at each unpredicated wait (a kernel may wait in more than one branch).  A kernel with no
-    wait is not a dependent launch's and is not checked."""
+def loads_before_wait(ins: list, lab: dict) -> list[str] | None:
+    """The global loads (LDG, and cp.async's LDGSTS and TMA's UTMALDG) a kernel can issue before it has passed a
+    griddepcontrol.wait (SASS ACQBULK); None: no wait.  Paths, not addresses: a walk from the entry along
+    fall-throughs and branches that stops at each unpredicated wait (a kernel may wait in more than one branch).
+    ptxas moves ld.global.nc loads across the wait both ways (docs/perf.md, session 55)."""
     if not any(text.endswith("ACQBULK") for _, text in ins):
-        return []   # no wait: launched without the dependency (pti_stream_read)
+        return None
     at = {addr: i for i, (addr, _) in enumerate(ins)}
     seen, todo, loads = set(), [0], []
     while todo:
@@ -92,8 +78,8 @@ def early_activation_loads(ins: list, lab: dict) -> list[str]:
         op = words[1 if pred else 0]
         if op == "ACQBULK" and not pred:
             continue
-        if "LDG" in op:   # LDG, LDGSTS, UTMALDG
-            loads.append(ins[i][1])
+        if "LDG" in op:
+            loads.append((ins[i][0], ins[i][1]))
         if op.startswith(("BRA", "JMP", "CALL")):   # (a called subroutine's body too)
             todo += [at[lab[t]] for t in re.findall(r"(\.L_x_\d+)", ins[i][1]) if t in lab]
             if op in ("BRA", "JMP") and not pred:
@@ -101,7 +87,16 @@ def early_activation_loads(ins: list, lab: dict) -> list[str]:
         elif op.startswith(("EXIT", "RET", "KILL")) and not pred:
             continue
         todo.append(i + 1)
-    return [t for t in loads if not re.search(r"(^|\s)LDG\.E(\.NA\.128(\.CONSTANT)?|(\.CONSTANT)?)\s", t)]
+    return [text for _, text in sorted(loads)]
+
+
+def early_activation_loads(ins: list, lab: dict) -> list[str]:
+    """Of loads_before_wait, those that are not weight-shaped: weights stream in 16 bytes with L1::no_allocate
+    (.NA.) and their scales in 4 (a plain LDG.E, .nc or not), while activations are cached 16-byte or 2-byte
+    loads.  Anything else there may read the launch before's outputs before they are written.  A kernel with no
+    wait is not a dependent launch's and is not checked."""
+    return [t for t in loads_before_wait(ins, lab) or []
+            if not re.search(r"(^|\s)LDG\.E(\.NA\.128(\.CONSTANT)?|(\.CONSTANT)?)\s", t)]
 
 
 def disassemble(binary: bytes, nvdisasm: str) -> str:
@@ -136,9 +131,10 @@ def main() -> int:
     funcs, labels = functions(disassemble(out.binary, nvdisasm))
     if args.wait:
         for name in sorted(f for f in funcs if any(re.search(k, f) for k in args.kernels)):
-            found = loads_before_wait(funcs[name])
+            found = loads_before_wait(funcs[name], labels[name])
             print(f"{name}: " + ("no wait" if found is None else
-                                 f"{found[0]} loads before the wait, {found[1]} of them cached .nc 16-byte loads"))
+                                 f"{len(found)} loads before the wait, "
+                                 f"{len(early_activation_loads(funcs[name], labels[name]))} of them not weights"))
         return 0
     for name in args.kernels:
         if name not in funcs:

@@ -65,8 +65,8 @@ def test_cta_timeline_summary_of_known_stamps():
 
 
 def test_sass_mix_counts_the_loads_before_the_wait():
-    """scripts/sass_mix.py --wait: the loads a kernel issues before its first ACQBULK (griddepcontrol.wait), and
-    among them the cached .nc 16-byte loads (activations read too early); none without a wait."""
+    """scripts/sass_mix.py --wait: the loads a kernel can issue before an ACQBULK (griddepcontrol.wait), and among
+    them those that are not weight-shaped (a cached 16-byte load: activations read too early); None without a wait."""
     sm = load_script("sass_mix")
     sass = """.text.k:
         /*0000*/                   PREEXIT ;
@@ -79,9 +79,10 @@ def test_sass_mix_counts_the_loads_before_the_wait():
         /*0000*/                   LDG.E.128.CONSTANT R24, desc[UR6][R14.64] ;
         /*0010*/                   EXIT ;
 """
-    funcs, _ = sm.functions(sass)
-    assert sm.loads_before_wait(funcs["k"]) == (3, 1)
-    assert sm.loads_before_wait(funcs["j"]) is None
+    funcs, labels = sm.functions(sass)
+    assert len(sm.loads_before_wait(funcs["k"], labels["k"])) == 3
+    assert len(sm.early_activation_loads(funcs["k"], labels["k"])) == 1
+    assert sm.loads_before_wait(funcs["j"], labels["j"]) is None
 
 
 def test_early_activation_loads_flags_all_but_weight_shaped_loads():
