@@ -15,6 +15,8 @@ Probes:
   p1coh    the pipelined (_p1) kernels request their first step of weights by coherent loads (session 55,
            reverted): with NVRTC 13.5 ptxas then moves activation loads above the wait in 28 kernels, a race.
            Not for timing: the case check_kernels --nvdisasm must fail on (PTI_KERNEL_SOURCE=OUT)
+  p1xcoh   p1coh and xcoh together: every _p1 kernel's first step of weights before the wait and every activation
+           load after it, both coherent, which ptxas keeps in place (a candidate fix, timed against the kernels)
   trace    the tensor-core kernels record, for every CTA, the global timer when it enters, when its wait
            returns, when warp 0 leaves the main loop and when pti_finish is done, with its SM and block
            (pti_trace_buf, 6 words a CTA in entry order: scripts/cta_timeline.py reads them).  Thread 0 takes
@@ -70,6 +72,11 @@ PROBES = {
         ("if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);",
          "if (PF == 1 && nsteps > 0) pti_load_w_step<0, NTW, RG, MT, U, true>(A, p);"),
     ],
+}
+# both coherent: the first step's weights before the wait and the activations after it, so ptxas has no .nc load to
+# move across it either way (a candidate fix: every _p1 kernel's early step really early, no race)
+PROBES["p1xcoh"] = PROBES["p1coh"] + PROBES["xcoh"]
+PROBES |= {
     "trace": [
         ("__device__ __forceinline__ void pti_pdl_trigger() {", TRACE_HEAD + "__device__ __forceinline__ void pti_pdl_trigger() {"),
         (ENTRY, ENTRY.replace("    pti_pdl_trigger();\n",

@@ -114,6 +114,8 @@ def main() -> int:
     ap.add_argument("--arch", default="sm_90", help="pti_kernel.hip's target (sm_90a: with the Hopper kernels)")
     ap.add_argument("--wait", action="store_true",
                     help="per kernel matching a KERNEL regex: the global loads before griddepcontrol.wait")
+    ap.add_argument("--source", help="this kernel source instead of the tree's (e.g. a scripts/probe_source.py copy)")
+    ap.add_argument("--nvrtc-dir", help="compile with the NVRTC in this folder (as check_kernels.py)")
     ap.add_argument("kernels", nargs="+")
     args = ap.parse_args()
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
@@ -121,13 +123,17 @@ def main() -> int:
         print("sass_mix: nvdisasm not found (PATH or NVDISASM=...)", file=sys.stderr)
         return 2
     sys.path.insert(0, args.tree)
+    if args.nvrtc_dir:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from check_kernels import load_nvrtc
+        load_nvrtc(Path(args.nvrtc_dir))
     from pti_cli.backends.compile import compile_nvrtc
     if args.probe:
         sys.path.insert(0, str(Path(args.tree) / "scripts"))
         from wgmma_probe import probe_source
         out = compile_nvrtc(probe_source(), "sm_90a", options=("-std=c++17", "--ptxas-options=-v"))
     else:
-        out = compile_nvrtc((Path(args.tree) / "kernels" / "pti_kernel.hip").read_text(), args.arch)
+        out = compile_nvrtc(Path(args.source or Path(args.tree) / "kernels" / "pti_kernel.hip").read_text(), args.arch)
     funcs, labels = functions(disassemble(out.binary, nvdisasm))
     if args.wait:
         for name in sorted(f for f in funcs if any(re.search(k, f) for k in args.kernels)):

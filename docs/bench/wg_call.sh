@@ -64,6 +64,8 @@
 #     xcoh         session 56: the probe xcoh (activations through coherent ld.global, not ld.global.nc, which ptxas may
 #              move above griddepcontrol.wait): the GPU tests of every variant's bits and of dependent launches on it,
 #              then the four matrices at 1 and 8 rows, q8 and ssq16, h16, real / probe / real / probe (kernels_xcoh_*.json)
+#     p1xcoh       session 56: the same for the probe p1xcoh (every _p1 kernel's first step of weights before the wait by
+#              coherent loads, which ptxas keeps there, and coherent activation loads after it; kernels_p1xcoh_*.json)
 #     p2           session 55: the _p2 variant (the whole slice before the wait): its GPU tests (the bits of every variant,
 #              the carveouts), then the four matrices at 1, 2, 4 and 8 rows, q8, on the policy and with every one-row
 #              matrix of K <= 4096 on t1_r1_m1_u16_p2 (PTI_P2=1: QKV, O and gate/up; down keeps the policy; session 55
@@ -139,6 +141,12 @@ probe_ab() {
     ( [ $src = probe ] && export PTI_KERNEL_SOURCE="/tmp/$1.hip"
       ktable "$OUT/kernels_$1_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 "$2" q8,ssq16 h16 )
   done
+}
+# probe_tested_ab PROBE WHAT: a probe whose outputs are right: the GPU tests of every variant's bits and of dependent
+# launches on it, then probe_ab at 1 and 8 rows
+probe_tested_ab() {
+  ( export PTI_KERNEL_SOURCE="/tmp/$1.hip"; python3 scripts/probe_source.py "$1" "/tmp/$1.hip" && gtest "every_variant or dependent" )
+  probe_ab "$1" 1,8 "$2"
 }
 # gtest K: the GPU tests whose names match K (pytest -k), their summary in the log
 gtest() {
@@ -421,8 +429,9 @@ xrow0)
 nowait)
   probe_ab nowait 1,8 "no griddepcontrol.wait" ;;
 xcoh)
-  ( export PTI_KERNEL_SOURCE=/tmp/xcoh.hip; python3 scripts/probe_source.py xcoh /tmp/xcoh.hip && gtest "every_variant or dependent" )
-  probe_ab xcoh 1,8 "coherent activation loads" ;;
+  probe_tested_ab xcoh "coherent activation loads" ;;
+p1xcoh)
+  probe_tested_ab p1xcoh "coherent first step before the wait, coherent activation loads after it" ;;
 p2)
   [ "${P2_TEST:-1}" = 1 ] && gtest "every_variant or fuses_the_same_bits or carveout"
   i=0
