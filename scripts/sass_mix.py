@@ -78,7 +78,7 @@ def loads_before_wait(ins: list, lab: dict) -> list[str] | None:
         op = words[1 if pred else 0]
         if op == "ACQBULK" and not pred:
             continue
-        if "LDG" in op:
+        if op.startswith(("LDG", "UTMALDG")) and not op.startswith("LDGDEPBAR"):   # (LDGDEPBAR: cp.async's commit)
             loads.append((ins[i][0], ins[i][1]))
         if op.startswith(("BRA", "JMP", "CALL")):   # (a called subroutine's body too)
             todo += [at[lab[t]] for t in re.findall(r"(\.L_x_\d+)", ins[i][1]) if t in lab]

@@ -99,6 +99,8 @@ def test_early_activation_loads_flags_all_but_weight_shaped_loads():
         /*0040*/                   LDG.E R5, desc[UR6][R14.64+0x4] ;
         /*0050*/                   LDG.E.U16 R6, desc[UR6][R14.64] ;
         /*0060*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR6][R14.64] ;
+        /*0064*/                   LDGDEPBAR ;
+        /*0068*/                   UTMALDG.2D [UR8], [UR4] ;
         /*0070*/                   LDG.E.128 R8, desc[UR6][R14.64] ;
         /*0080*/                   ACQBULK ;
         /*0090*/                   LDG.E.128.CONSTANT R24, desc[UR6][R14.64+0x10] ;
@@ -121,6 +123,6 @@ def test_early_activation_loads_flags_all_but_weight_shaped_loads():
     funcs, labels = sm.functions(sass)
     flagged = {name: sm.early_activation_loads(ins, labels[name]) for name, ins in funcs.items()}
     assert [t.split()[1 if t.startswith("@") else 0] for t in flagged["k"]] == \
-        ["LDG.E.128.CONSTANT", "LDG.E.U16", "LDGSTS.E.BYPASS.128", "LDG.E.128"]
+        ["LDG.E.128.CONSTANT", "LDG.E.U16", "LDGSTS.E.BYPASS.128", "UTMALDG.2D", "LDG.E.128"]
     assert flagged["j"] == []   # no wait at all: not a dependent launch's kernel
     assert flagged["m"] == ["LDG.E.128.CONSTANT R20, desc[UR6][R14.64]"]
