@@ -292,9 +292,11 @@ __device__ __forceinline__ uint4 pti_ld_stream(const uint4* p) {
 
 // The same loads without .nc, for loads that must stay on their side of griddepcontrol.wait: ptxas moves
 // .nc loads across the wait (SASS ACQBULK) both ways, and keeps coherent ones where they are (docs/perf.md,
-// session 55).  PF = 2 needs its sixteen early loads before the wait and its activation rows after it.
-// (The _p1 kernels' first step stays .nc: made coherent, NVRTC 13.5 moved their activation loads above the
-// wait instead, a race; scripts/sass_mix.py --wait shows both.)
+// sessions 55-57).  So the weights requested before the wait (the _p1 kernels' first step, PF = 2's slice)
+// and every scale are coherent, which keeps them there, and so is every activation load (pti_ld_v4), which
+// keeps those after it: with .nc activations NVRTC 13.5 moved them above the wait, a race
+// (check_kernels.py --nvdisasm fails on that; scripts/probe_source.py xnc puts it back).  With .nc weights
+// or scales in the first step, ptxas put the wait above them in 36 of the 54 _p1 kernels.
 __device__ __forceinline__ uint4 pti_ld_stream_pre(const uint4* p) {
     uint4 v;
     asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -302,7 +304,7 @@ __device__ __forceinline__ uint4 pti_ld_stream_pre(const uint4* p) {
                  : "l"(p));
     return v;
 }
-__device__ __forceinline__ unsigned pti_ld_u32_pre(const unsigned* p) {
+__device__ __forceinline__ unsigned pti_ld_u32(const unsigned* p) {
     unsigned v;
     asm volatile("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
@@ -320,7 +322,7 @@ __device__ __forceinline__ uint4 pti_load_x(const unsigned short* __restrict__ x
     uint4 v = make_uint4(0, 0, 0, 0);
     if (row >= M) return v;
     const unsigned short* p = x + (pti_u64)row * ldx + k0;
-    if (vec_ok && k0 + 8 <= K) return __ldg((const uint4*)p);
+    if (vec_ok && k0 + 8 <= K) return pti_ld_v4(p);
     unsigned h[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) h[e] = k0 + e < K ? p[e] : 0u;
@@ -657,10 +659,13 @@ __device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, con
         for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
-                st.x[u][tw][mt] = MT < 4 || p.xok[tw][mt] ? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)
+                st.x[u][tw][mt] = MT < 4 || p.xok[tw][mt] ? pti_ld_v4(p.x[tw][mt] + (J * U + u) * 8 * 4)
                                                           : make_uint4(0, 0, 0, 0);
 }
-template <int J, int NTW, int RG, int MT, int U>
+// PRE: the step requested before the wait (PF = 1's first), its weights coherent (pti_ld_stream_pre).  The
+// scales are coherent in every step: .nc in the main loop, the f16 twin kernel (t2_r1_m1_u2_p1) spilled 4
+// bytes under NVRTC 13.5 with the first step's coherent.
+template <int J, int NTW, int RG, int MT, int U, bool PRE = false>
 __device__ __forceinline__ void pti_load_w_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -668,8 +673,9 @@ __device__ __forceinline__ void pti_load_w_step(PtiStep<NTW, RG, MT, U>& st, con
         for (int tw = 0; tw < NTW; ++tw)
 #pragma unroll
             for (int r = 0; r < RG; ++r) {
-                st.w[u][tw][r] = pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);
-                st.s[u][tw][r] = __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);
+                st.w[u][tw][r] = PRE ? pti_ld_stream_pre(p.q[tw][r] + (J * U + u) * 8 * 32)
+                                     : pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);
+                st.s[u][tw][r] = pti_ld_u32(p.s[tw][r] + (J * U + u) * 8 * 8);
             }
 }
 template <int J, bool XFIRST, int NTW, int RG, int MT, int U>
@@ -797,7 +803,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
     // they may travel while the previous kernel ends); activations only after it is done.  (Not
     // with PF = 0: no gain at one row there, and spills in the register-tight variants: docs/perf.md.)
     PtiStep<NTW, RG, MT, U> A;
-    if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);
+    if (PF == 1 && nsteps > 0) pti_load_w_step<0, NTW, RG, MT, U, true>(A, p);
     // PF = 2: blocks warp + 8 u below nfull, u < U, by coherent loads (pti_ld_stream_pre); a block past nmain
     // reads the matrix's first block instead, and is not used (no predicates on the loads).
     const int nmain = PF != 2 ? 0 : nfull > warp ? min(U, (nfull - warp + 7) / 8) : 0;
@@ -805,7 +811,7 @@ __device__ __forceinline__ void pti_mm_tc(const PtiArgs& a) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             A.w[u][0][0] = pti_ld_stream_pre(u < nmain ? p.q[0][0] + u * 8 * 32 : a.q[0] + lane);
-            A.s[u][0][0] = pti_ld_u32_pre(u < nmain ? p.s[0][0] + u * 8 * 8 : a.s[0] + (lane >> 2));
+            A.s[u][0][0] = pti_ld_u32(u < nmain ? p.s[0][0] + u * 8 * 8 : a.s[0] + (lane >> 2));
         }
     }
     pti_pdl_wait();

@@ -4,7 +4,7 @@
 #            safetensors, tokenizers), installed in the call by docs/bench/wg_call.sh and scripts/gpu_*.sh
 #   .carry/  this tree's kernel binaries for sm_90a and sm_90, built here with the device's NVRTC 13.0
 #            (make install puts it in .venv), so a call spends no device time compiling (scripts/device_cache.sh);
-#            with PROBES="nowait xcoh" also those probes' binaries (scripts/probe_source.py; PROBE=one, as before);
+#            with PROBES="nowait trace" also those probes' binaries (scripts/probe_source.py; PROBE=one, as before);
 #            every binary xz-compressed (device_cache.sh unpacks them in the call): about 0.65 MB each instead of
 #            9.7, so the call's 64 MiB hold every probe's
 #   bash scripts/device_prep.sh        (after `make install`; about 3 minutes on two cores, 1 more a probe)

@@ -9,14 +9,10 @@ Probes:
   nowait   the tensor-core kernels skip griddepcontrol.wait: each CTA computes as soon as it is resident, so a
            chain of launches pays no dependency (timing only: in the kernel table no launch reads another's
            outputs).  Session 55: how much of a small matrix's time over its bytes is the dependency?
-  xcoh     the tensor-core kernels load activations with coherent ld.global (pti_ld_v4) instead of
-           ld.global.nc (__ldg), which ptxas may move above griddepcontrol.wait (session 55; the outputs are
-           right: a candidate fix, timed against the kernels)
-  p1coh    the pipelined (_p1) kernels request their first step of weights by coherent loads (session 55,
-           reverted): with NVRTC 13.5 ptxas then moves activation loads above the wait in 28 kernels, a race.
-           Not for timing: the case check_kernels --nvdisasm must fail on (PTI_KERNEL_SOURCE=OUT)
-  p1xcoh   p1coh and xcoh together: every _p1 kernel's first step of weights before the wait and every activation
-           load after it, both coherent, which ptxas keeps in place (a candidate fix, timed against the kernels)
+  xnc      the tensor-core kernels load activations through ld.global.nc (__ldg) again, as before session 57:
+           with NVRTC 13.5 ptxas then moves them above griddepcontrol.wait in 28 kernels, a race (session 55's
+           change as it was).  Not for timing: the case check_kernels --nvdisasm must fail on
+           (PTI_KERNEL_SOURCE=OUT)
   trace    the tensor-core kernels record, for every CTA, the global timer when it enters, when its wait
            returns, when warp 0 leaves the main loop and when pti_finish is done, with its SM and block
            (pti_trace_buf, 6 words a CTA in entry order: scripts/cta_timeline.py reads them).  Thread 0 takes
@@ -56,27 +52,9 @@ FINISH = "    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc,
 PROBES = {
     "x_row0": [("(p.xok[tw][mt] ? (pti_u64)row * a.ldx : 0)", "(pti_u64)0")],
     "nowait": [(WAIT, WAIT.replace("    pti_pdl_wait();\n", ""))],
-    "xcoh": [("return __ldg((const uint4*)p);", "return pti_ld_v4(p);"),
-             ("? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)", "? pti_ld_v4(p.x[tw][mt] + (J * U + u) * 8 * 4)")],
-    # session 55's reverted change, kept as the race check_kernels' guard must catch (docs/perf.md, session 56)
-    "p1coh": [
-        ("template <int J, int NTW, int RG, int MT, int U>\n__device__ __forceinline__ void pti_load_w_step",
-         "template <int J, int NTW, int RG, int MT, int U, bool PRE = false>\n"
-         "__device__ __forceinline__ void pti_load_w_step"),
-        ("                st.w[u][tw][r] = pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);\n"
-         "                st.s[u][tw][r] = __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);",
-         "                st.w[u][tw][r] = PRE ? pti_ld_stream_pre(p.q[tw][r] + (J * U + u) * 8 * 32)\n"
-         "                                     : pti_ld_stream(p.q[tw][r] + (J * U + u) * 8 * 32);\n"
-         "                st.s[u][tw][r] = PRE ? pti_ld_u32_pre(p.s[tw][r] + (J * U + u) * 8 * 8)\n"
-         "                                     : __ldg(p.s[tw][r] + (J * U + u) * 8 * 8);"),
-        ("if (PF == 1 && nsteps > 0) pti_load_w_step<0>(A, p);",
-         "if (PF == 1 && nsteps > 0) pti_load_w_step<0, NTW, RG, MT, U, true>(A, p);"),
-    ],
-}
-# both coherent: the first step's weights before the wait and the activations after it, so ptxas has no .nc load to
-# move across it either way (a candidate fix: every _p1 kernel's early step really early, no race)
-PROBES["p1xcoh"] = PROBES["p1coh"] + PROBES["xcoh"]
-PROBES |= {
+    # session 55's race, kept as the case check_kernels' guard must catch (docs/perf.md, sessions 56-57)
+    "xnc": [("    if (vec_ok && k0 + 8 <= K) return pti_ld_v4(p);", "    if (vec_ok && k0 + 8 <= K) return __ldg((const uint4*)p);"),
+            ("? pti_ld_v4(p.x[tw][mt] + (J * U + u) * 8 * 4)", "? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)")],
     "trace": [
         ("__device__ __forceinline__ void pti_pdl_trigger() {", TRACE_HEAD + "__device__ __forceinline__ void pti_pdl_trigger() {"),
         (ENTRY, ENTRY.replace("    pti_pdl_trigger();\n",

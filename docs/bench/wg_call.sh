@@ -61,11 +61,11 @@
 #     nowait       session 55: the four matrices at 1 and 8 rows, q8 and ssq16, h16, on the kernels and on their probe copy
 #              nowait (scripts/probe_source.py: no griddepcontrol.wait, timing only), real / probe / real / probe
 #              (kernels_nowait_SRC_N.json); carry the probe's binary (PROBE=nowait scripts/device_prep.sh)
-#     xcoh         session 56: the probe xcoh (activations through coherent ld.global, not ld.global.nc, which ptxas may
-#              move above griddepcontrol.wait): the GPU tests of every variant's bits and of dependent launches on it,
-#              then the four matrices at 1 and 8 rows, q8 and ssq16, h16, real / probe / real / probe (kernels_xcoh_*.json)
-#     p1xcoh       session 56: the same for the probe p1xcoh (every _p1 kernel's first step of weights before the wait by
-#              coherent loads, which ptxas keeps there, and coherent activation loads after it; kernels_p1xcoh_*.json)
+#     xcoh, p1xcoh session 56's probes, adopted in session 57 (commit after ae96fb8): no longer in probe_source.py
+#     srcab        session 57: the tree's kernels against another kernel source carried in the call (SRC_AB, e.g. the
+#              commit before's: git show C:kernels/pti_kernel.hip > .carry/prev_kernel.hip, its sm_90a binary in
+#              .carry too): the four matrices at 1, 2, 4 and 8 rows, q8 and ssq16, bf16 then h16, tree / other / tree /
+#              other (kernels_srcab_ACT_SRC_N.json)
 #     p2           session 55: the _p2 variant (the whole slice before the wait): its GPU tests (the bits of every variant,
 #              the carveouts), then the four matrices at 1, 2, 4 and 8 rows, q8, on the policy and with every one-row
 #              matrix of K <= 4096 on t1_r1_m1_u16_p2 (PTI_P2=1: QKV, O and gate/up; down keeps the policy; session 55
@@ -141,12 +141,6 @@ probe_ab() {
     ( [ $src = probe ] && export PTI_KERNEL_SOURCE="/tmp/$1.hip"
       ktable "$OUT/kernels_$1_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 "$2" q8,ssq16 h16 )
   done
-}
-# probe_tested_ab PROBE WHAT: a probe whose outputs are right: the GPU tests of every variant's bits and of dependent
-# launches on it, then probe_ab at 1 and 8 rows
-probe_tested_ab() {
-  ( export PTI_KERNEL_SOURCE="/tmp/$1.hip"; python3 scripts/probe_source.py "$1" "/tmp/$1.hip" && gtest "every_variant or dependent" )
-  probe_ab "$1" 1,8 "$2"
 }
 # gtest K: the GPU tests whose names match K (pytest -k), their summary in the log
 gtest() {
@@ -428,10 +422,17 @@ xrow0)
   done ;;
 nowait)
   probe_ab nowait 1,8 "no griddepcontrol.wait" ;;
-xcoh)
-  probe_tested_ab xcoh "coherent activation loads" ;;
-p1xcoh)
-  probe_tested_ab p1xcoh "coherent first step before the wait, coherent activation loads after it" ;;
+srcab)
+  [ -f "${SRC_AB:-}" ] || { echo "srcab: SRC_AB=${SRC_AB:-} is not a file" >> "$LOG"; continue; }
+  for act in bf16 h16; do
+    i=0
+    for src in tree other tree other; do
+      i=$((i + 1))
+      step "kernel table, 4 matrices, rows 1,2,4,8, $act, $src source (SRC_AB=$SRC_AB)"
+      ( [ $src = other ] && export PTI_KERNEL_SOURCE="$SRC_AB"
+        ktable "$OUT/kernels_srcab_${act}_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8,ssq16 $act )
+    done
+  done ;;
 p2)
   [ "${P2_TEST:-1}" = 1 ] && gtest "every_variant or fuses_the_same_bits or carveout"
   i=0

@@ -378,8 +378,8 @@ def width_class(groups_per_sm: float) -> str:
 
 
 def p2_wanted() -> bool:
-    """PTI_P2=1: one twin's 1-8 rows of a matrix of K <= P2_MAX_K on P2_VARIANT (A/B runs; not measured yet,
-    docs/perf.md session 56)."""
+    """PTI_P2=1: one twin's 1-8 rows of a matrix of K <= P2_MAX_K on P2_VARIANT (A/B runs only: slower than the
+    policy on an H100, 67-82% of the bandwidth at one row against 87-99.5%, docs/perf.md session 57)."""
     v = os.environ.get("PTI_P2", "0")
     if v not in ("0", "1"):
         raise PtiError(f"PTI_P2 must be 0 or 1, not {v!r}")
