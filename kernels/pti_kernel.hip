@@ -663,8 +663,8 @@ __device__ __forceinline__ void pti_load_x_step(PtiStep<NTW, RG, MT, U>& st, con
                                                           : make_uint4(0, 0, 0, 0);
 }
 // PRE: the step requested before the wait (PF = 1's first), its weights coherent (pti_ld_stream_pre).  The
-// scales are coherent in every step: .nc in the main loop, the f16 twin kernel (t2_r1_m1_u2_p1) spilled 4
-// bytes under NVRTC 13.5 with the first step's coherent.
+// scales are coherent in every step: with only the first step's coherent, the f16 twin kernel (t2_r1_m1_u2_p1)
+// spilled 4 bytes under NVRTC 13.5; with the first step's .nc, ptxas left some after the wait (session 57).
 template <int J, int NTW, int RG, int MT, int U, bool PRE = false>
 __device__ __forceinline__ void pti_load_w_step(PtiStep<NTW, RG, MT, U>& st, const PtiPtrs<NTW, RG, MT>& p) {
 #pragma unroll

@@ -61,7 +61,7 @@
 #     nowait       session 55: the four matrices at 1 and 8 rows, q8 and ssq16, h16, on the kernels and on their probe copy
 #              nowait (scripts/probe_source.py: no griddepcontrol.wait, timing only), real / probe / real / probe
 #              (kernels_nowait_SRC_N.json); carry the probe's binary (PROBE=nowait scripts/device_prep.sh)
-#     xcoh, p1xcoh session 56's probes, adopted in session 57 (commit after ae96fb8): no longer in probe_source.py
+#     xcoh, p1xcoh session 56's probes, adopted in session 57 (aaf77d9): no longer in probe_source.py
 #     srcab        session 57: the tree's kernels against another kernel source carried in the call (SRC_AB, e.g. the
 #              commit before's: git show C:kernels/pti_kernel.hip > .carry/prev_kernel.hip, its sm_90a binary in
 #              .carry too): the four matrices at 1, 2, 4 and 8 rows, q8 and ssq16, bf16 then h16, tree / other / tree /
