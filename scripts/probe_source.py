@@ -10,7 +10,7 @@ Probes:
            chain of launches pays no dependency (timing only: in the kernel table no launch reads another's
            outputs).  Session 55: how much of a small matrix's time over its bytes is the dependency?
   xnc      the tensor-core kernels load activations through ld.global.nc (__ldg) again, as before session 57:
-           with NVRTC 13.5 ptxas then moves them above griddepcontrol.wait in 28 kernels, a race (session 55's
+           with NVRTC 13.5 ptxas then moves them above griddepcontrol.wait in 33 kernels, a race (session 55's
            change as it was).  Not for timing: the case check_kernels --nvdisasm must fail on
            (PTI_KERNEL_SOURCE=OUT)
   trace    the tensor-core kernels record, for every CTA, the global timer when it enters, when its wait
