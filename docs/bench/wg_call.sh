@@ -64,8 +64,9 @@
 #     xcoh, p1xcoh session 56's probes, adopted in session 57 (aaf77d9): no longer in probe_source.py
 #     srcab        session 57: the tree's kernels against another kernel source carried in the call (SRC_AB, e.g. the
 #              commit before's: git show C:kernels/pti_kernel.hip > .carry/prev_kernel.hip, its sm_90a binary in
-#              .carry too): the four matrices at 1, 2, 4 and 8 rows, q8 and ssq16, bf16 then h16, tree / other / tree /
-#              other (kernels_srcab_ACT_SRC_N.json)
+#              .carry too): the four matrices at SRCAB_ROWS rows (default 1,2,4,8,16; session 58 added 16, whose q8
+#              kernels gained their early step in aaf77d9), q8 and ssq16, bf16 then h16, tree / other / tree / other
+#              (kernels_srcab_ACT_SRC_N.json)
 #     p2           session 55: the _p2 variant (the whole slice before the wait): its GPU tests (the bits of every variant,
 #              the carveouts), then the four matrices at 1, 2, 4 and 8 rows, q8, on the policy and with every one-row
 #              matrix of K <= 4096 on t1_r1_m1_u16_p2 (PTI_P2=1: QKV, O and gate/up; down keeps the policy; session 55
@@ -428,9 +429,10 @@ srcab)
     i=0
     for src in tree other tree other; do
       i=$((i + 1))
-      step "kernel table, 4 matrices, rows 1,2,4,8, $act, $src source (SRC_AB=$SRC_AB)"
+      step "kernel table, 4 matrices, rows ${SRCAB_ROWS:-1,2,4,8,16}, $act, $src source (SRC_AB=$SRC_AB)"
       ( [ $src = other ] && export PTI_KERNEL_SOURCE="$SRC_AB"
-        ktable "$OUT/kernels_srcab_${act}_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8,ssq16 $act )
+        ktable "$OUT/kernels_srcab_${act}_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 \
+          ${SRCAB_ROWS:-1,2,4,8,16} q8,ssq16 $act )
     done
   done ;;
 p2)
