@@ -13,6 +13,11 @@ Probes:
            with NVRTC 13.5 ptxas then moves them above griddepcontrol.wait in 33 kernels, a race (session 55's
            change as it was).  Not for timing: the case check_kernels --nvdisasm must fail on
            (PTI_KERNEL_SOURCE=OUT)
+  pre2     every pipelined (_p1) kernel requests two steps of weights before griddepcontrol.wait, not one: the
+           loop's second buffer B is filled there too, and the loop's first pass, peeled, computes it without
+           loading it again.  The same loads in the same order of arithmetic, so the same bits (its GPU tests
+           run on it); twice the bytes in flight while a CTA waits, in registers the loop holds anyway
+           (session 58: does more of the slice before the wait hide more of the dependency?)
   trace    the tensor-core kernels record, for every CTA, the global timer when it enters, when its wait
            returns, when warp 0 leaves the main loop and when pti_finish is done, with its SM and block
            (pti_trace_buf, 6 words a CTA in entry order: scripts/cta_timeline.py reads them).  Thread 0 takes
@@ -46,6 +51,10 @@ __device__ __forceinline__ unsigned pti_smid() {{
 ENTRY = "    int unit = blockIdx.x;\n    pti_pdl_trigger();\n    if (INVC && a.n_inv) {"
 WAIT = "    pti_pdl_wait();\n    if (PF == 2) {\n"
 LOOP_END = "    // PF = 0, U = 1: the tail's first block"
+PRE1 = "    PtiStep<NTW, RG, MT, U> A;\n    if (PF == 1 && nsteps > 0) pti_load_w_step<0, NTW, RG, MT, U, true>(A, p);\n"
+LOOP_HEAD = ("        PtiStep<NTW, RG, MT, U> B;\n        if (nsteps > 0) pti_load_x_step<0>(A, p);\n"
+             "        int i = 0;\n")
+TWO_LEFT = "        if (i + 1 < nsteps) {                   // two steps left\n            pti_load_step<1, XF>(B, p);\n"
 FINISH = "    pti_finish<TIN, TOUT, NTW, RG, MT, INVC>(a, unit, warp, lane, acc, (float*)pti_smem);\n"
 
 # probe -> [(text in the source, its replacement), ...]; each text must occur exactly once
@@ -55,6 +64,19 @@ PROBES = {
     # session 55's race, kept as the case check_kernels' guard must catch (docs/perf.md, sessions 56-57)
     "xnc": [("    if (vec_ok && k0 + 8 <= K) return pti_ld_v4(p);", "    if (vec_ok && k0 + 8 <= K) return __ldg((const uint4*)p);"),
             ("? pti_ld_v4(p.x[tw][mt] + (J * U + u) * 8 * 4)", "? __ldg(p.x[tw][mt] + (J * U + u) * 8 * 4)")],
+    "pre2": [(PRE1, PRE1.replace("A;\n", "A, B;\n") +
+                     "    if (PF == 1 && nsteps > 1) pti_load_w_step<1, NTW, RG, MT, U, true>(B, p);\n"),
+             (LOOP_HEAD, "        if (nsteps > 0) pti_load_x_step<0>(A, p);\n"
+                         "        if (nsteps > 1) pti_load_x_step<1>(B, p);   // its weights came before the wait\n"
+                         "        int i = 0;\n"
+                         "        if (nsteps > 2) {                       // steps 0 and 1, B not loaded again\n"
+                         "            pti_compute_step<TIN>(A, acc, k);\n"
+                         "            pti_load_step<2, XF>(A, p);\n"
+                         "            pti_compute_step<TIN>(B, acc, k);\n"
+                         "            pti_advance<2, U>(p);\n"
+                         "            i = 2;\n"
+                         "        }\n"),
+             (TWO_LEFT, TWO_LEFT.replace("            pti_load_step", "            if (i > 0) pti_load_step"))],
     "trace": [
         ("__device__ __forceinline__ void pti_pdl_trigger() {", TRACE_HEAD + "__device__ __forceinline__ void pti_pdl_trigger() {"),
         (ENTRY, ENTRY.replace("    pti_pdl_trigger();\n",

@@ -126,3 +126,19 @@ def test_early_activation_loads_flags_all_but_weight_shaped_loads():
         ["LDG.E.128.CONSTANT", "LDG.E.U16", "LDGSTS.E.BYPASS.128", "UTMALDG.2D", "LDG.E.128"]
     assert flagged["j"] == []   # no wait at all: not a dependent launch's kernel
     assert flagged["m"] == ["LDG.E.128.CONSTANT R20, desc[UR6][R14.64]"]
+
+
+def test_pre2_probe_requests_the_second_step_early_and_never_twice():
+    """pre2: B's weights before the wait (after A's), B's activations after it, and neither loaded again by the
+    peeled first pass or the two-steps-left branch when that branch is the first (i == 0)."""
+    ps = load_script("probe_source")
+    out = ps.probe_text("pre2", SOURCE)
+    wait = out.index("    pti_pdl_wait();\n    if (PF == 2) {")
+    early_a = out.index("pti_load_w_step<0, NTW, RG, MT, U, true>(A, p);")
+    early_b = out.index("pti_load_w_step<1, NTW, RG, MT, U, true>(B, p);")
+    assert early_a < early_b < wait
+    assert out.index("pti_load_x_step<1>(B, p);") > wait
+    peel = out[out.index("if (nsteps > 2) {"):out.index("#pragma unroll 1", wait)]
+    assert "(B, p)" not in peel and peel.count("pti_compute_step<TIN>") == 2 and "i = 2;" in peel
+    assert "if (i > 0) pti_load_step<1, XF>(B, p);" in out
+    assert out.count("pti_load_step<1, XF>(B, p);") == SOURCE.count("pti_load_step<1, XF>(B, p);")

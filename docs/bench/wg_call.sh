@@ -67,6 +67,10 @@
 #              .carry too): the four matrices at SRCAB_ROWS rows (default 1,2,4,8,16; session 58 added 16, whose q8
 #              kernels gained their early step in aaf77d9), q8 and ssq16, bf16 then h16, tree / other / tree / other
 #              (kernels_srcab_ACT_SRC_N.json)
+#     pre2         session 58: the probe pre2 (every _p1 kernel requests two steps of weights before the wait, one before;
+#              the same bits): the GPU tests of every variant's bits and of dependent launches on it, then the four
+#              matrices at 1, 8 and 16 rows, q8 and ssq16, h16, real / probe / real / probe (kernels_pre2_*.json);
+#              carry its binary (PROBES=pre2 scripts/device_prep.sh)
 #     p2           session 55: the _p2 variant (the whole slice before the wait): its GPU tests (the bits of every variant,
 #              the carveouts), then the four matrices at 1, 2, 4 and 8 rows, q8, on the policy and with every one-row
 #              matrix of K <= 4096 on t1_r1_m1_u16_p2 (PTI_P2=1: QKV, O and gate/up; down keeps the policy; session 55
@@ -142,6 +146,12 @@ probe_ab() {
     ( [ $src = probe ] && export PTI_KERNEL_SOURCE="/tmp/$1.hip"
       ktable "$OUT/kernels_$1_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 "$2" q8,ssq16 h16 )
   done
+}
+# probe_tested_ab PROBE ROWS WHAT: a probe whose outputs are right: the GPU tests of every variant's bits and of
+# dependent launches on it, then probe_ab
+probe_tested_ab() {
+  ( export PTI_KERNEL_SOURCE="/tmp/$1.hip"; python3 scripts/probe_source.py "$1" "/tmp/$1.hip" && gtest "every_variant or dependent" )
+  probe_ab "$1" "$2" "$3"
 }
 # gtest K: the GPU tests whose names match K (pytest -k), their summary in the log
 gtest() {
@@ -423,6 +433,8 @@ xrow0)
   done ;;
 nowait)
   probe_ab nowait 1,8 "no griddepcontrol.wait" ;;
+pre2)
+  probe_tested_ab pre2 1,8,16 "two steps of weights before the wait" ;;
 srcab)
   [ -f "${SRC_AB:-}" ] || { echo "srcab: SRC_AB=${SRC_AB:-} is not a file" >> "$LOG"; continue; }
   for act in bf16 h16; do
