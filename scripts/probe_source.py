@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Write a probe copy of kernels/pti_kernel.hip: the same kernels with one thing changed, for timing only
-(their outputs are wrong).  Run a backend on it with PTI_KERNEL_SOURCE=OUT (compile.kernel_source).
+"""Write a probe copy of kernels/pti_kernel.hip: the same kernels with one thing changed, for timing (the outputs
+of x_row0, nowait and trace are wrong; pre2's are the kernels' own, and xnc is not for running).  Run a backend on it with PTI_KERNEL_SOURCE=OUT (compile.kernel_source).
     python3 scripts/probe_source.py PROBE OUT [--compile NVRTC_LIB_DIR CACHE_DIR]
 Probes:
   x_row0   every lane of the tensor-core kernels reads activation row 0, so M rows cost the activation
