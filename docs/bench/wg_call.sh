@@ -110,6 +110,8 @@
 #              x_row0 (scripts/probe_source.py: every lane reads activation row 0, so 8 rows move one row's activation
 #              bytes; outputs wrong, timing only), bf16 real / probe / real / probe, then h16 real / probe
 #              (kernels_xrow0_ACT_SRC_N.json); carry the probe's binary (probe_source.py --compile) in .carry
+#     xrow16       session 58: the same probe at 1 and 16 rows, h16, real / probe / real / probe (kernels_x_row0_SRC_N.json):
+#              is the 16-row Q8 kernels' time (55-72% on the H200) their activation traffic, as 8 rows' loss was?
 # Results in $OUT (run.log, JSON; call 1 of session 27 wrote kernels_wg{0,1}.json, before the _bf16/_f16 suffix).
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -431,6 +433,8 @@ xrow0)
     ( [ $src = probe ] && export PTI_KERNEL_SOURCE=/tmp/x_row0.hip
       ktable "$OUT/kernels_xrow0_${act}_${src}_$i.json" 6144x4096,4096x4096,28672x4096,4096x14336 1,2,4,8 q8,ssq16 $act )
   done ;;
+xrow16)
+  probe_ab x_row0 1,16 "every lane reads activation row 0" ;;
 nowait)
   probe_ab nowait 1,8 "no griddepcontrol.wait" ;;
 pre2)
