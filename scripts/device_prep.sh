@@ -5,6 +5,8 @@
 #   .carry/  this tree's kernel binaries for sm_90a and sm_90, built here with the device's NVRTC 13.0
 #            (make install puts it in .venv), so a call spends no device time compiling (scripts/device_cache.sh);
 #            with PROBES="nowait trace" also those probes' binaries (scripts/probe_source.py; PROBE=one, as before);
+#            with AB_COMMIT=C also .carry/prev_kernel.hip, commit C's kernel source, and its sm_90a binary (the
+#            srcab step of docs/bench/wg_call.sh: SRC_AB=$PWD/.carry/prev_kernel.hip);
 #            every binary xz-compressed (device_cache.sh unpacks them in the call): about 0.65 MB each instead of
 #            9.7, so the call's 64 MiB hold every probe's
 #   bash scripts/device_prep.sh        (after `make install`; about 3 minutes on two cores, 1 more a probe)
@@ -32,6 +34,19 @@ PY
 for probe in ${PROBE:-} ${PROBES:-}; do
     $PY scripts/probe_source.py "$probe" "/tmp/$probe.hip" --compile "$NVRTC" .carry/pti-cache
 done
+if [ -n "${AB_COMMIT:-}" ]; then   # another commit's kernel source and its sm_90a binary, for wg_call.sh srcab
+    git show "$AB_COMMIT:kernels/pti_kernel.hip" > .carry/prev_kernel.hip
+    PTI_KERNEL_SOURCE="$PWD/.carry/prev_kernel.hip" PTI_CACHE_DIR="$PWD/.carry/pti-cache" $PY - "$NVRTC" <<'PY'
+import sys
+from pathlib import Path
+sys.path.insert(0, "scripts")
+from check_kernels import load_nvrtc
+load_nvrtc(Path(sys.argv[1]))
+from pti_cli.backends.compile import cached_binary, cache_path
+cached_binary("cuda", "sm_90a")
+print("prev_kernel.hip", cache_path("cuda", "sm_90a").name)
+PY
+fi
 $PY - .carry/pti-cache/kernels <<'PY'
 import lzma, sys
 from pathlib import Path
