@@ -20,32 +20,28 @@ $PY -m pip download -q --no-deps -d .whl --python-version 3.12 --only-binary=:al
     gguf typer rich click shellingham markdown-it-py mdurl pygments pydantic pydantic_core annotated-types \
     annotated-doc typing-inspection typing-extensions jinja2 markupsafe psutil pyyaml tqdm
 rm -rf .carry/pti-cache && mkdir -p .carry/pti-cache
-PTI_CACHE_DIR="$PWD/.carry/pti-cache" $PY - "$NVRTC" <<'PY'
+# binaries NAME:ARCH ...: kernels/NAME for ARCH into .carry/pti-cache with the device's NVRTC (PTI_KERNEL_SOURCE, when
+# set, stands for kernels/pti_kernel.hip)
+binaries() {
+    PTI_CACHE_DIR="$PWD/.carry/pti-cache" $PY - "$NVRTC" "$@" <<'PY'
 import sys
 from pathlib import Path
 sys.path.insert(0, "scripts")
 from check_kernels import load_nvrtc
 load_nvrtc(Path(sys.argv[1]))
-from pti_cli.backends.compile import cached_binary, nvrtc_version
-for name, arch in (("pti_kernel.hip", "sm_90a"), ("pti_kernel.hip", "sm_90"), ("pti_ops.hip", "sm_90")):
+from pti_cli.backends.compile import cache_path, cached_binary, nvrtc_version
+for name, arch in (a.split(":") for a in sys.argv[2:]):
     cached_binary("cuda", arch, name)
-    print(nvrtc_version(), name, arch)
+    print(nvrtc_version(), name, arch, cache_path("cuda", arch, name).name)
 PY
+}
+binaries pti_kernel.hip:sm_90a pti_kernel.hip:sm_90 pti_ops.hip:sm_90
 for probe in ${PROBE:-} ${PROBES:-}; do
     $PY scripts/probe_source.py "$probe" "/tmp/$probe.hip" --compile "$NVRTC" .carry/pti-cache
 done
 if [ -n "${AB_COMMIT:-}" ]; then   # another commit's kernel source and its sm_90a binary, for wg_call.sh srcab
     git show "$AB_COMMIT:kernels/pti_kernel.hip" > .carry/prev_kernel.hip
-    PTI_KERNEL_SOURCE="$PWD/.carry/prev_kernel.hip" PTI_CACHE_DIR="$PWD/.carry/pti-cache" $PY - "$NVRTC" <<'PY'
-import sys
-from pathlib import Path
-sys.path.insert(0, "scripts")
-from check_kernels import load_nvrtc
-load_nvrtc(Path(sys.argv[1]))
-from pti_cli.backends.compile import cached_binary, cache_path
-cached_binary("cuda", "sm_90a")
-print("prev_kernel.hip", cache_path("cuda", "sm_90a").name)
-PY
+    PTI_KERNEL_SOURCE="$PWD/.carry/prev_kernel.hip" binaries pti_kernel.hip:sm_90a
 fi
 $PY - .carry/pti-cache/kernels <<'PY'
 import lzma, sys
